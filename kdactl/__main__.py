@@ -1,0 +1,3 @@
+from kdactl.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Hardware and external-program providers: small objects that tests replace with fakes."""

@@ -1,0 +1,39 @@
+"""How a command's result leaves the process: one JSON document on stdout, or rich text."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Protocol
+
+from rich.console import Console
+
+
+class Report(Protocol):
+    exit_code: int
+
+    def to_json(self) -> dict[str, Any]: ...
+
+    def render(self, console: Console) -> None: ...
+
+
+def stdout_console() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+def stderr_console() -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def emit(report: Report, as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(report.to_json(), indent=2, sort_keys=False, default=str) + "\n")
+    else:
+        report.render(stdout_console())
+
+
+def emit_error(message: str, exit_code: int, as_json: bool) -> None:
+    """One line on stderr; under --json the one stdout document says the same."""
+    stderr_console().print(f"kdactl: {message}", markup=False)
+    if as_json:
+        sys.stdout.write(json.dumps({"error": message, "exit_code": exit_code}) + "\n")

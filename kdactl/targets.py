@@ -1,0 +1,101 @@
+"""Kernel target policy: compute capability x CUDA toolkit -> one nvcc target (SPEC table)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kdactl.errors import UnsupportedTarget, UsageError
+
+Version = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str  # e.g. "sm_90a"
+    gencode: str  # the one -gencode flag nvcc gets
+    define: str  # -D macro the kernels guard their arch-specific paths with
+    min_cuda: Version  # oldest toolkit that can compile it
+    portable_only: bool = False  # only the routes with no arch-specific code
+
+    @property
+    def arch(self) -> int:
+        """Numeric SM of the target (90 for sm_90a)."""
+        return int("".join(c for c in self.name[3:] if c.isdigit()))
+
+
+TARGETS: dict[str, Target] = {
+    t.name: t
+    for t in (
+        Target("sm_80", "-gencode=arch=compute_80,code=[sm_80,compute_80]", "KDACTL_TARGET_SM80", (12, 0), True),
+        Target("sm_90a", "-gencode=arch=compute_90a,code=sm_90a", "KDACTL_TARGET_SM90A", (12, 0)),
+        Target("sm_100a", "-gencode=arch=compute_100a,code=sm_100a", "KDACTL_TARGET_SM100A", (12, 8)),
+        Target("sm_100f", "-gencode=arch=compute_100f,code=sm_100f", "KDACTL_TARGET_SM100F", (12, 9)),
+        Target("sm_120a", "-gencode=arch=compute_120a,code=sm_120a", "KDACTL_TARGET_SM120A", (12, 8)),
+        Target("sm_120f", "-gencode=arch=compute_120f,code=sm_120f", "KDACTL_TARGET_SM120F", (12, 9)),
+    )
+}
+
+# Which device compute capabilities each target's code runs on.
+RUNS_ON: dict[str, frozenset[Version]] = {
+    "sm_80": frozenset({(8, 0), (8, 6), (8, 9)}),
+    "sm_90a": frozenset({(9, 0)}),
+    "sm_100a": frozenset({(10, 0)}),
+    "sm_100f": frozenset({(10, 0), (10, 3)}),
+    "sm_120a": frozenset({(12, 0)}),
+    "sm_120f": frozenset({(12, 0)}),
+}
+
+
+def select_target(cc: Version, cuda: Version) -> str:
+    """The SPEC target policy. Raises UnsupportedTarget with the reason."""
+    cc, cuda = tuple(cc), tuple(cuda)
+    if cuda < (12, 0):
+        raise UnsupportedTarget(f"CUDA toolkit {_v(cuda)} is older than 12.0; no target for cc {_v(cc)}")
+    if cc == (9, 0):
+        return "sm_90a"
+    if cc in ((8, 0), (8, 6), (8, 9)):
+        return "sm_80"
+    if cc in ((10, 0), (10, 3)):
+        if cuda >= (12, 9):
+            return "sm_100f"
+        if cc == (10, 0) and cuda == (12, 8):
+            return "sm_100a"
+        raise UnsupportedTarget(f"cc {_v(cc)} needs CUDA toolkit >= 12.9 (or 12.8 for cc 10.0), found {_v(cuda)}")
+    if cc == (12, 0):
+        if cuda >= (12, 9):
+            return "sm_120f"
+        if cuda == (12, 8):
+            return "sm_120a"
+        raise UnsupportedTarget(f"cc 12.0 needs CUDA toolkit >= 12.8, found {_v(cuda)}")
+    raise UnsupportedTarget(f"no kernel target for compute capability {_v(cc)}")
+
+
+def resolve_target(cc: Version, cuda: Version, override: str | None = None) -> str:
+    """select_target, unless KDACTL_CUDA_ARCH (``override``) names a target."""
+    if override:
+        return get_target(override).name
+    return select_target(cc, cuda)
+
+
+def get_target(name: str) -> Target:
+    """Look a target up by name; an unknown name is a usage error."""
+    key = name.strip()
+    if key not in TARGETS:
+        raise UsageError(f"unknown kernel target {name!r}; known: {', '.join(TARGETS)}")
+    return TARGETS[key]
+
+
+def parse_target_list(text: str) -> list[Target]:
+    """'sm_90a,sm_100f' -> targets, in order, without duplicates."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UsageError("--target needs at least one target name")
+    return [get_target(n) for n in dict.fromkeys(names)]
+
+
+def target_runs_on(target: str, cc: Version) -> bool:
+    return tuple(cc) in RUNS_ON.get(target, frozenset())
+
+
+def _v(v: Version) -> str:
+    return f"{v[0]}.{v[1]}"
