@@ -23,13 +23,16 @@ const char* kdactl_error_string(int code);
 // 0 when the current device can run this build's code, else KDACTL_ERR_WRONG_DEVICE or a CUDA error.
 int kdactl_check_device(void);
 
+// The id of the CUDA graph capture under way on stream (0 when it is not capturing).
+int kdactl_stream_capture_id(void* stream, unsigned long long* id);
+
 // Device self-test: out[i] = kdactl_selftest_value(i, seed) for i < n, computed with integer ALU,
 // warp shuffles and a shared-memory round trip. Python recomputes the expected values.
 int kdactl_selftest(uint32_t* out, int n, uint32_t seed, void* stream);
 
 // KDA prefill arguments shared by all routes. Layouts follow flash-linear-attention:
 // q,k [B,T,H,K] bf16; v, o [B,T,H,V] bf16; g [B,T,H,K] fp32 or bf16; beta [B,T,H] fp32 or bf16;
-// state [N,H,K,V] fp32. Varlen: B == 1 and cu_seqlens [N+1] (int64) gives the sequence bounds.
+// state [N,H,K,V] fp32. Varlen: B == 1 and cu_seqlens [N+1] gives the sequence bounds.
 typedef struct {
   const void* q;
   const void* k;
@@ -39,7 +42,7 @@ typedef struct {
   const float* initial_state;   // may be NULL (zero state)
   void* o;
   float* final_state;           // may be NULL (not wanted)
-  const int64_t* cu_seqlens;    // NULL for fixed-length batches
+  const void* cu_seqlens;       // NULL for fixed-length batches; int32 or int64, [batch + 1]
   int64_t batch;                // B (fixed) or N (varlen: number of sequences)
   int64_t seqlen;               // T of the tensors (total tokens for varlen)
   int32_t heads;                // H
@@ -47,6 +50,8 @@ typedef struct {
   int32_t value_dim;            // V
   int32_t g_is_bf16;            // 0: fp32 g, 1: bf16 g
   int32_t beta_is_bf16;         // 0: fp32 beta, 1: bf16 beta
+  int32_t cu_seqlens_is_int32;  // 0: int64 cu_seqlens, 1: int32
+  int32_t tuning;               // route-specific variant for benchmarks; 0 = the launcher's choice
   float scale;
 } kdactl_kda_args;
 

@@ -29,3 +29,12 @@ extern "C" int kdactl_check_device(void) {
 #endif
   return ok ? 0 : KDACTL_ERR_WRONG_DEVICE;
 }
+
+extern "C" int kdactl_stream_capture_id(void* stream, unsigned long long* id) {
+  if (id == nullptr) return KDACTL_ERR_BAD_ARGUMENT;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long capture = 0;
+  KDACTL_TRY(cudaStreamGetCaptureInfo(static_cast<cudaStream_t>(stream), &status, &capture));
+  *id = (status == cudaStreamCaptureStatusActive) ? capture : 0ULL;
+  return 0;
+}

@@ -1,0 +1,64 @@
+// Launcher for route "direct": validates what Python cannot see, picks the column split, launches
+// on the caller's stream. Explicit instantiations below are the only kernels this route builds.
+#include "kda_direct.cuh"
+
+namespace {
+
+using kdactl::direct::kda_direct_kernel;
+
+constexpr int kWarps = 4;
+
+// Columns per warp: fewer columns mean a shorter chain per token, more warps mean more instruction
+// slots competing. Take the fewest columns that still leave at most one warp per SM sub-partition.
+int pick_columns(const kdactl_kda_args& a, int sm_count) {
+  if (a.tuning == 2 || a.tuning == 4 || a.tuning == 8) return a.tuning;
+  const int64_t columns = a.batch * a.heads * static_cast<int64_t>(a.value_dim);
+  for (int cols : {2, 4}) {
+    if (columns / cols <= 4LL * sm_count) return cols;
+  }
+  return 8;
+}
+
+template <int K, int kCols>
+int launch_cols(const kdactl_kda_args& a, cudaStream_t stream) {
+  const int cta_cols = kWarps * kCols;
+  if (a.value_dim % cta_cols != 0) return KDACTL_ERR_UNSUPPORTED;
+  const dim3 grid(a.value_dim / cta_cols, a.heads, static_cast<unsigned>(a.batch));
+  if (a.g_is_bf16) {
+    kda_direct_kernel<K, kCols, true><<<grid, kWarps * 32, 0, stream>>>(a);
+  } else {
+    kda_direct_kernel<K, kCols, false><<<grid, kWarps * 32, 0, stream>>>(a);
+  }
+  return kdactl_launch_status();
+}
+
+template <int K>
+int launch_k(const kdactl_kda_args& a, int cols, cudaStream_t stream) {
+  switch (cols) {
+    case 2: return launch_cols<K, 2>(a, stream);
+    case 4: return launch_cols<K, 4>(a, stream);
+    default: return launch_cols<K, 8>(a, stream);
+  }
+}
+
+}  // namespace
+
+extern "C" int kdactl_kda_direct(const kdactl_kda_args* args, void* stream) {
+  if (args == nullptr) return KDACTL_ERR_BAD_ARGUMENT;
+  const kdactl_kda_args& a = *args;
+  if (a.batch < 0 || a.batch > 65535 || a.heads <= 0 || a.heads > 65535 || a.seqlen < 0) return KDACTL_ERR_BAD_ARGUMENT;
+  if (a.value_dim > 128 || a.value_dim % 16 != 0) return KDACTL_ERR_UNSUPPORTED;
+  if (a.batch == 0) return 0;
+  int rc = kdactl_check_device();
+  if (rc != 0) return rc;
+  int dev = 0, sms = 0;
+  KDACTL_TRY(cudaGetDevice(&dev));
+  KDACTL_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int cols = pick_columns(a, sms);
+  auto s = static_cast<cudaStream_t>(stream);
+  switch (a.key_dim) {
+    case 64: return launch_k<64>(a, cols, s);
+    case 128: return launch_k<128>(a, cols, s);
+    default: return KDACTL_ERR_UNSUPPORTED;
+  }
+}

@@ -1,0 +1,68 @@
+"""KDA (Kimi Delta Attention) prefill: the public op, its route selector and workspace.
+
+Nothing here loads torch kernels or touches the GPU at import; the library is built or loaded on
+the first call of ``prefill``.
+"""
+
+from __future__ import annotations
+
+from kdactl.kda.problem import KdaProblem, validate
+from kdactl.kda.routes import ROUTES, DeviceInfo, RouteDecision, decide_route, eligibility, select_route
+from kdactl.kda.workspace import KdaWorkspace
+
+__all__ = [
+    "ROUTES", "DeviceInfo", "KdaProblem", "KdaWorkspace", "RouteDecision",
+    "decide_route", "eligibility", "prefill", "select_route", "validate",
+]  # fmt: skip
+
+
+def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False,
+            cu_seqlens=None, route="auto", workspace=None, out=None, tuning=0):  # fmt: skip
+    """KDA prefill. Returns ``(o, final_state or None)``; see ../shared/SPEC.md "The KDA op".
+
+    ``out`` is a preallocated o tensor, or a tuple ``(o, final_state)``; with ``workspace`` (a
+    KdaWorkspace) and ``out`` the call allocates nothing, so it can be captured in a CUDA graph.
+    ``tuning`` picks a route-specific kernel variant (benchmarks only; 0 = the launcher's choice).
+    """
+    from kdactl.kda.op import device_info, kda_prefill_
+
+    problem = validate(q, k, v, g, beta, scale, initial_state, cu_seqlens)
+    decision = decide_route(problem, device_info(q.device.index or 0), route)
+    o, final_state = _outputs(out, q, v, problem, output_final_state)
+    if workspace is not None:
+        workspace.claim(q.device)
+    scale = problem.key_dim**-0.5 if scale is None else float(scale)
+    kda_prefill_(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, decision.route, int(tuning))
+    return o, final_state
+
+
+def _outputs(out, q, v, problem: KdaProblem, output_final_state: bool):
+    """(o, final_state or None): taken from ``out`` when given (checked), else allocated."""
+    import torch
+
+    o_shape = tuple(v.shape)
+    s_shape = (problem.num_seqs, problem.heads, problem.key_dim, problem.value_dim)
+    o, state = (out if isinstance(out, tuple) else (out, None)) if out is not None else (None, None)
+    if o is None:
+        o = torch.empty(o_shape, dtype=torch.bfloat16, device=q.device)
+    else:
+        _check_out("out[0]" if isinstance(out, tuple) else "out", o, o_shape, torch.bfloat16, q.device)
+    if not output_final_state:
+        if state is not None:
+            raise ValueError("kdactl.kda.prefill: out gives a final_state buffer but output_final_state=False")
+        return o, None
+    if state is None:
+        state = torch.empty(s_shape, dtype=torch.float32, device=q.device)
+    else:
+        _check_out("out[1]", state, s_shape, torch.float32, q.device)
+    return o, state
+
+
+def _check_out(name, x, shape, dtype, device):
+    import torch
+
+    if not isinstance(x, torch.Tensor) or x.dtype != dtype or tuple(x.shape) != shape:
+        got = f"{getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))}"
+        raise ValueError(f"kdactl.kda.prefill: {name} must be {dtype} of shape {shape}, got {got}")
+    if x.device != device or not x.is_contiguous() or x.data_ptr() % 16:
+        raise ValueError(f"kdactl.kda.prefill: {name} must be contiguous, 16-byte aligned, on {device}")

@@ -1,0 +1,83 @@
+"""The torch custom op around the kernel library's C ABI.
+
+``kdactl::kda_prefill_`` mutates its preallocated outputs and returns nothing, so CUDA graph capture
+records one launch on torch's current stream and torch.compile sees one opaque op.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from typing import Optional
+
+import torch
+
+from kdactl.kda.problem import KdaProblem
+from kdactl.kda.routes import DeviceInfo
+
+_ENTRY_POINTS = {"direct": "kdactl_kda_direct"}
+
+
+@functools.lru_cache(maxsize=None)
+def kernels():
+    """The kernel library for this process, built or loaded once (first call only touches disk)."""
+    from kdactl.jit.library import load_kernels
+    from kdactl.settings import Settings
+
+    return load_kernels(Settings.from_env())
+
+
+@functools.lru_cache(maxsize=None)
+def device_info(index: int) -> DeviceInfo:
+    props = torch.cuda.get_device_properties(index)
+    return DeviceInfo(sm_count=props.multi_processor_count, cc=(props.major, props.minor), target=kernels().target)
+
+
+def _ptr(x: Optional[torch.Tensor]) -> Optional[int]:
+    return None if x is None else x.data_ptr()
+
+
+def _args(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, tuning, p: KdaProblem):
+    from kdactl.jit.library import KdaArgs
+
+    return KdaArgs(
+        q=_ptr(q), k=_ptr(k), v=_ptr(v), g=_ptr(g), beta=_ptr(beta),
+        initial_state=_ptr(initial_state), o=_ptr(o), final_state=_ptr(final_state),
+        cu_seqlens=_ptr(cu_seqlens), batch=p.num_seqs, seqlen=p.seqlen, heads=p.heads,
+        key_dim=p.key_dim, value_dim=p.value_dim, g_is_bf16=int(p.g_bf16), beta_is_bf16=int(p.beta_bf16),
+        cu_seqlens_is_int32=int(cu_seqlens is not None and cu_seqlens.dtype == torch.int32),
+        tuning=tuning, scale=scale,
+    )  # fmt: skip
+
+
+@torch.library.custom_op("kdactl::kda_prefill_", mutates_args=("o", "final_state"), device_types="cuda")
+def kda_prefill_(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    initial_state: Optional[torch.Tensor],
+    cu_seqlens: Optional[torch.Tensor],
+    o: torch.Tensor,
+    final_state: Optional[torch.Tensor],
+    scale: float,
+    route: str,
+    tuning: int,
+) -> None:
+    """Launch ``route`` on the current stream; inputs were validated by kdactl.kda.prefill."""
+    B, T, H, K = q.shape
+    num_seqs = cu_seqlens.numel() - 1 if cu_seqlens is not None else B
+    problem = KdaProblem(B, T, H, K, v.shape[-1], num_seqs, cu_seqlens is not None,
+                         g.dtype == torch.bfloat16, beta.dtype == torch.bfloat16)  # fmt: skip
+    lib = kernels()
+    args = _args(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, tuning, problem)
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    with torch.cuda.device(q.device):
+        rc = getattr(lib.cdll, _ENTRY_POINTS[route])(ctypes.byref(args), ctypes.c_void_p(stream))
+    lib.check(rc, f"KDA prefill route {route!r}")
+
+
+@kda_prefill_.register_fake
+def _(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, route, tuning) -> None:
+    return None

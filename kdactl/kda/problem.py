@@ -1,0 +1,123 @@
+"""Input validation for KDA prefill: every bad argument raises ValueError naming it, before any launch.
+
+The checks read shapes, dtypes, devices and strides; cu_seqlens values are read back from the device
+only outside CUDA graph capture (a capture cannot synchronize), where they are the caller's contract.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+KEY_DIMS = (64, 128)
+VALUE_DIMS = (64, 128)
+MAX_GRID_DIM = 65535  # sequences and heads each map to one grid dimension
+
+
+@dataclass(frozen=True)
+class KdaProblem:
+    """The facts about one call that route selection and launching need: plain data, no tensors."""
+
+    batch: int  # B of the tensors (1 for varlen)
+    seqlen: int  # T of the tensors (total tokens for varlen)
+    heads: int
+    key_dim: int
+    value_dim: int
+    num_seqs: int  # N: B for fixed batches, len(cu_seqlens) - 1 for varlen
+    varlen: bool
+    g_bf16: bool
+    beta_bf16: bool
+
+
+def capturing(device: torch.device) -> bool:
+    """Whether the current stream of ``device`` is capturing a CUDA graph (never, off the GPU)."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def _fail(name: str, what: str) -> ValueError:
+    return ValueError(f"kdactl.kda.prefill: {name} {what}")
+
+
+def _check_tensor(name, x, dtypes, ndim, device=None, require_cuda=True):
+    if not isinstance(x, torch.Tensor):
+        raise _fail(name, f"must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in dtypes:
+        want = " or ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise _fail(name, f"must be {want}, got {str(x.dtype).replace('torch.', '')}")
+    if x.dim() != ndim:
+        raise _fail(name, f"must have {ndim} dimensions, got shape {tuple(x.shape)}")
+    if require_cuda and x.device.type != "cuda":
+        raise _fail(name, f"must be on a CUDA device, got {x.device}")
+    if device is not None and x.device != device:
+        raise _fail(name, f"must be on {device} like q, got {x.device}")
+    if not x.is_contiguous():
+        raise _fail(name, f"must be contiguous, got strides {x.stride()} for shape {tuple(x.shape)}")
+    if x.numel() and x.data_ptr() % 16:
+        raise _fail(name, "must be 16-byte aligned (a view at an odd offset? pass .clone())")
+
+
+def _check_shape(name, x, shape):
+    if tuple(x.shape) != tuple(shape):
+        raise _fail(name, f"must have shape {tuple(shape)} to match q/v, got {tuple(x.shape)}")
+
+
+def validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, require_cuda=True) -> KdaProblem:
+    """Check every input; return the problem's plain facts. ``require_cuda=False`` lets CPU tests
+    exercise every other rule on CPU tensors."""
+    bf16, fp = (torch.bfloat16,), (torch.float32, torch.bfloat16)
+    _check_tensor("q", q, bf16, 4, require_cuda=require_cuda)
+    dev = q.device
+
+    def check(name, x, dtypes, ndim):
+        _check_tensor(name, x, dtypes, ndim, dev, require_cuda)
+
+    check("k", k, bf16, 4)
+    check("v", v, bf16, 4)
+    check("g", g, fp, 4)
+    check("beta", beta, fp, 3)
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    _check_shape("k", k, q.shape)
+    _check_shape("g", g, q.shape)
+    _check_shape("v", v, (B, T, H, V))
+    _check_shape("beta", beta, (B, T, H))
+    if K not in KEY_DIMS:
+        raise _fail("q", f"head dim K must be one of {KEY_DIMS}, got {K}")
+    if V not in VALUE_DIMS:
+        raise _fail("v", f"head dim V must be one of {VALUE_DIMS}, got {V}")
+    if not 1 <= H <= MAX_GRID_DIM:
+        raise _fail("q", f"heads must be in 1..{MAX_GRID_DIM}, got {H}")
+    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
+        raise _fail("scale", f"must be a finite number, got {scale!r}")
+    num_seqs = _check_cu_seqlens(cu_seqlens, B, T, dev) if cu_seqlens is not None else B
+    if num_seqs > MAX_GRID_DIM:
+        raise _fail("cu_seqlens" if cu_seqlens is not None else "q", f"at most {MAX_GRID_DIM} sequences, got {num_seqs}")
+    if initial_state is not None:
+        check("initial_state", initial_state, (torch.float32,), 4)
+        _check_shape("initial_state", initial_state, (num_seqs, H, K, V))
+    return KdaProblem(B, T, H, K, V, num_seqs, cu_seqlens is not None, g.dtype == torch.bfloat16, beta.dtype == torch.bfloat16)
+
+
+def _check_cu_seqlens(cu, B, T, dev) -> int:
+    if not isinstance(cu, torch.Tensor) or cu.dtype not in (torch.int32, torch.int64):
+        raise _fail("cu_seqlens", f"must be an int32 or int64 tensor, got {getattr(cu, 'dtype', type(cu).__name__)}")
+    if cu.dim() != 1 or cu.numel() < 2:
+        raise _fail("cu_seqlens", f"must be 1-D with N+1 >= 2 entries, got shape {tuple(cu.shape)}")
+    if cu.device != dev:
+        raise _fail("cu_seqlens", f"must be on {dev} like q, got {cu.device}")
+    if not cu.is_contiguous():
+        raise _fail("cu_seqlens", "must be contiguous")
+    if B != 1:
+        raise _fail("q", f"batch must be 1 when cu_seqlens is given (varlen packs sequences along T), got B={B}")
+    if not capturing(dev):
+        bounds = cu.tolist()
+        if bounds[0] != 0:
+            raise _fail("cu_seqlens", f"must start at 0, got {bounds[0]}")
+        if bounds[-1] != T:
+            raise _fail("cu_seqlens", f"must end at T={T}, got {bounds[-1]}")
+        bad = next((i for i in range(len(bounds) - 1) if bounds[i + 1] < bounds[i]), None)
+        if bad is not None:
+            raise _fail("cu_seqlens", f"must be non-decreasing, got {bounds[bad]} then {bounds[bad + 1]} at index {bad}")
+    return cu.numel() - 1

@@ -1,0 +1,65 @@
+"""A caller-owned, reusable workspace, so that prefill can be captured in a CUDA graph.
+
+A workspace is scratch memory for the routes that need it, plus the rules that keep two users of
+that memory apart: eager calls are bound to the first stream that used it, and once a CUDA graph
+capture has used it, that graph owns it (a replay would race any other user).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from kdactl.kda.problem import capturing
+
+
+class KdaWorkspace:
+    def __init__(self, device: torch.device | str | int | None = None, nbytes: int = 0):
+        self.device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+        if self.device.type != "cuda":
+            raise ValueError(f"KdaWorkspace: device must be a CUDA device, got {self.device}")
+        self.buffer = torch.empty(nbytes, dtype=torch.uint8, device=self.device) if nbytes else None
+        self.stream: Optional[int] = None  # eager stream bound on first use
+        self.capture_id: Optional[int] = None  # graph capture that owns it
+
+    def claim(self, device: torch.device) -> None:
+        """Check that this call may use the workspace, and bind it; ValueError naming the conflict."""
+        if device != self.device:
+            raise ValueError(f"kdactl.kda.prefill: workspace is for {self.device}, inputs are on {device}")
+        stream = torch.cuda.current_stream(device).cuda_stream
+        capture = _capture_id(stream) if capturing(device) else 0
+        if self.capture_id is not None and capture != self.capture_id:
+            where = f"graph capture {capture}" if capture else f"eager work on stream {stream:#x}"
+            raise ValueError(
+                f"kdactl.kda.prefill: workspace is owned by graph capture {self.capture_id} and cannot be "
+                f"reused by {where}; give each captured graph its own KdaWorkspace"
+            )
+        if capture:
+            self.capture_id = capture
+        elif self.stream is None:
+            self.stream = stream
+        elif stream != self.stream:
+            raise ValueError(
+                f"kdactl.kda.prefill: workspace is bound to stream {self.stream:#x} and was used from stream "
+                f"{stream:#x}; give each stream its own KdaWorkspace"
+            )
+
+    def scratch(self, nbytes: int) -> torch.Tensor:
+        """At least nbytes of scratch; grows only outside capture (a capture cannot allocate)."""
+        if self.buffer is None or self.buffer.numel() < nbytes:
+            if capturing(self.device):
+                have = 0 if self.buffer is None else self.buffer.numel()
+                raise ValueError(
+                    f"kdactl.kda.prefill: workspace holds {have} bytes, this call needs {nbytes}; size it "
+                    "before capture (KdaWorkspace(nbytes=...) or one eager call)"
+                )
+            self.buffer = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+        return self.buffer[:nbytes]
+
+
+def _capture_id(stream: int) -> int:
+    """The id of the CUDA graph capture under way on ``stream``."""
+    from kdactl.kda.op import kernels
+
+    return kernels().capture_id(stream)

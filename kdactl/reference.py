@@ -1,0 +1,109 @@
+"""Reference implementations of KDA prefill, the yardsticks every kernel route is held to.
+
+``kda_recurrent`` is the SPEC's fp64 token-by-token recurrence on the CPU:
+
+    S_t = (I - beta_t k_t k_t^T) Diag(exp g_t) S_{t-1} + beta_t k_t v_t^T
+    o_t = S_t^T (scale * q_t)
+
+``kda_chunked`` is the same function in chunked (WY / UT) form in fp32: within a chunk the
+recurrence becomes small matrix products, between chunks one state pass. It is the algorithm the
+chunked kernel route implements, and tests hold it against ``kda_recurrent``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+Tensor = torch.Tensor
+
+
+def error_ratio(ref: Tensor, x: Tensor) -> float:
+    """The SPEC's correctness measure: rms(ref - x) / rms(ref), in fp64. NaN anywhere -> inf."""
+    ref64, x64 = ref.detach().to("cpu", torch.float64), x.detach().to("cpu", torch.float64)
+    if not torch.isfinite(x64).all():
+        return float("inf")
+    denom = ref64.pow(2).mean().sqrt().item()
+    num = (ref64 - x64).pow(2).mean().sqrt().item()
+    if denom == 0.0:
+        return 0.0 if num == 0.0 else float("inf")
+    return num / denom
+
+
+def _sequences(q: Tensor, cu_seqlens: Tensor | None) -> list[tuple[int, int, int]]:
+    """(batch index, start, end) of every sequence, in state order."""
+    B, T = q.shape[:2]
+    if cu_seqlens is None:
+        return [(b, 0, T) for b in range(B)]
+    bounds = [int(x) for x in cu_seqlens.tolist()]
+    return [(0, bounds[n], bounds[n + 1]) for n in range(len(bounds) - 1)]
+
+
+def kda_recurrent(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None):
+    """fp64 token-by-token reference on the CPU. Returns (o [B,T,H,V] fp64, final_state [N,H,K,V] fp64)."""
+    q, k, v, g, beta = (x.detach().to("cpu", torch.float64) for x in (q, k, v, g, beta))
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    scale = K**-0.5 if scale is None else float(scale)
+    seqs = _sequences(q, cu_seqlens)
+    o = torch.zeros(B, T, H, V, dtype=torch.float64)
+    final = torch.zeros(len(seqs), H, K, V, dtype=torch.float64)
+    for n, (b, bos, eos) in enumerate(seqs):
+        S = torch.zeros(H, K, V, dtype=torch.float64)
+        if initial_state is not None:
+            S = initial_state[n].detach().to("cpu", torch.float64).clone()
+        for t in range(bos, eos):
+            kt, vt, bt = k[b, t], v[b, t], beta[b, t]  # [H,K], [H,V], [H]
+            S = S * g[b, t].exp().unsqueeze(-1)  # Diag(exp g_t) S
+            u = bt.unsqueeze(-1) * (vt - torch.einsum("hk,hkv->hv", kt, S))
+            S = S + kt.unsqueeze(-1) * u.unsqueeze(-2)  # (I - b k k^T) S' + b k v^T
+            o[b, t] = torch.einsum("hk,hkv->hv", q[b, t] * scale, S)
+        final[n] = S
+    return o, final
+
+
+def kda_chunked(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None, chunk_size=16):
+    """fp32 chunked (WY/UT) form of the same recurrence, on the inputs' device.
+
+    Within a chunk with in-chunk cumulative log-decay G_t and start state S_0:
+      U = (I + Diag(beta) A)^-1 Diag(beta) (V - (K * exp G) S_0),  A_ts = sum_i k_ti k_si exp(G_ti - G_si), s < t
+      O = (Q * exp G) S_0 + (P o M) U,                              P_ts = sum_i q_ti k_si exp(G_ti - G_si), s <= t
+      S_C = exp(G_C) * S_0 + (K * exp(G_C - G))^T U
+    Every exponent is a difference G_t - G_s with s <= t, so no term grows for decaying gates.
+    """
+    q, k, v, g, beta = (x.float() for x in (q, k, v, g, beta))
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    scale = K**-0.5 if scale is None else float(scale)
+    seqs = _sequences(q, cu_seqlens)
+    o = torch.zeros(B, T, H, V, dtype=torch.float32, device=q.device)
+    final = torch.zeros(len(seqs), H, K, V, dtype=torch.float32, device=q.device)
+    for n, (b, bos, eos) in enumerate(seqs):
+        S = torch.zeros(H, K, V, device=q.device)
+        if initial_state is not None:
+            S = initial_state[n].float().clone()
+        for c0 in range(bos, eos, chunk_size):
+            c1 = min(c0 + chunk_size, eos)
+            sl = (b, slice(c0, c1))
+            out, S = _chunk(q[sl] * scale, k[sl], v[sl], g[sl], beta[sl], S)
+            o[sl] = out
+        final[n] = S
+    return o, final
+
+
+def _chunk(q, k, v, g, beta, S):
+    """One chunk of kda_chunked; inputs [C,H,*], q already scaled. Returns (O [C,H,V], end state)."""
+    C = q.shape[0]
+    G = g.cumsum(0)  # [C,H,K]
+    diff = G.unsqueeze(1) - G.unsqueeze(0)  # [t,s,H,K] = G_t - G_s
+    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
+    decay = torch.where(causal[:, :, None, None], diff, torch.full_like(diff, -float("inf"))).exp()
+    A = torch.einsum("thk,shk,tshk->hts", k, k, decay).tril(-1)  # strictly lower
+    P = torch.einsum("thk,shk,tshk->hts", q, k, decay)  # lower incl. diagonal
+    bT = beta.transpose(0, 1)  # [H,C]
+    eye = torch.eye(C, device=q.device)
+    rhs = bT.unsqueeze(-1) * (v.transpose(0, 1) - torch.einsum("thk,hkv->htv", k * G.exp(), S))
+    U = torch.linalg.solve_triangular(eye + bT.unsqueeze(-1) * A, rhs, upper=False, unitriangular=True)
+    O = torch.einsum("thk,hkv->htv", q * G.exp(), S) + P @ U  # [H,C,V]
+    GC = G[-1]  # [H,K]
+    S_end = GC.exp().unsqueeze(-1) * S + torch.einsum("thk,htv->hkv", k * (GC - G).exp(), U)
+    return O.transpose(0, 1), S_end

@@ -1,0 +1,106 @@
+"""Every bad input to kdactl.kda.prefill raises ValueError naming the argument (CPU tensors, so
+require_cuda=False lets each rule be reached without a GPU)."""
+
+import pytest
+import torch
+
+from kdactl.kda import KdaProblem, validate
+from tests.kda_inputs import cu_seqlens_of, make_inputs
+
+
+def _call(x, scale=None, initial_state=None, cu_seqlens=None):
+    return validate(x["q"], x["k"], x["v"], x["g"], x["beta"], scale, initial_state, cu_seqlens, require_cuda=False)
+
+
+def test_valid_fixed_and_varlen():
+    x, s0 = make_inputs(2, 9, 3, state_n=2)
+    assert _call(x, initial_state=s0) == KdaProblem(2, 9, 3, 128, 128, 2, False, False, False)
+    x, s0 = make_inputs(1, 9, 3, K=64, V=64, state_n=3, g_dtype=torch.bfloat16, beta_dtype=torch.bfloat16)
+    p = _call(x, initial_state=s0, cu_seqlens=cu_seqlens_of([4, 0, 5], dtype=torch.int64))
+    assert (p.num_seqs, p.varlen, p.g_bf16, p.beta_bf16, p.key_dim) == (3, True, True, True, 64)
+
+
+def _mutate(name, fn):
+    x, _ = make_inputs(1, 8, 2)
+    x[name] = fn(x[name])
+    return x
+
+
+BAD = {
+    "q-dtype": (lambda: _mutate("q", lambda t: t.float()), "q must be bfloat16, got float32"),
+    "k-dtype": (lambda: _mutate("k", lambda t: t.half()), "k must be bfloat16, got float16"),
+    "v-dtype": (lambda: _mutate("v", lambda t: t.float()), "v must be bfloat16"),
+    "g-dtype": (lambda: _mutate("g", lambda t: t.double()), "g must be float32 or bfloat16, got float64"),
+    "beta-dtype": (lambda: _mutate("beta", lambda t: t.half()), "beta must be float32 or bfloat16"),
+    "q-ndim": (lambda: _mutate("q", lambda t: t[0]), "q must have 4 dimensions"),
+    "k-shape": (lambda: _mutate("k", lambda t: t[:, :4]), "k must have shape (1, 8, 2, 128)"),
+    "g-shape": (lambda: _mutate("g", lambda t: t[..., :64].contiguous()), "g must have shape"),
+    "beta-shape": (lambda: _mutate("beta", lambda t: t[:, :, :1].contiguous()), "beta must have shape (1, 8, 2)"),
+    "v-heads": (lambda: _mutate("v", lambda t: t[:, :, :1].contiguous()), "v must have shape (1, 8, 2, 128)"),
+    "k-contig": (lambda: _mutate("k", lambda t: t.transpose(1, 2).contiguous().transpose(1, 2)), "k must be contiguous"),
+    "q-type": (lambda: _mutate("q", lambda t: t.tolist()), "q must be a torch.Tensor"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD), ids=list(BAD))
+def test_bad_tensor_named(case):
+    make, message = BAD[case]
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        _call(make())
+
+
+@pytest.mark.parametrize(
+    "K,V,arg", [(32, 128, "q"), (128, 96, "v"), (256, 128, "q")], ids=["K32", "V96", "K256"]
+)
+def test_unsupported_head_dims(K, V, arg):
+    x, _ = make_inputs(1, 4, 1, K=K, V=V)
+    with pytest.raises(ValueError, match=f"kda.prefill: {arg} head dim"):
+        _call(x)
+
+
+def test_cuda_required_by_default():
+    x, _ = make_inputs(1, 4, 1)
+    with pytest.raises(ValueError, match="q must be on a CUDA device, got cpu"):
+        validate(x["q"], x["k"], x["v"], x["g"], x["beta"], None, None, None)
+
+
+@pytest.mark.parametrize(
+    "cu,B,message",
+    [
+        (torch.tensor([0, 3, 8], dtype=torch.float32), 1, "cu_seqlens must be an int32 or int64 tensor"),
+        (torch.tensor([0], dtype=torch.int32), 1, "cu_seqlens must be 1-D with N\\+1 >= 2"),
+        (torch.tensor([[0, 8]], dtype=torch.int32), 1, "cu_seqlens must be 1-D"),
+        (torch.tensor([1, 3, 8], dtype=torch.int32), 1, "cu_seqlens must start at 0, got 1"),
+        (torch.tensor([0, 3, 7], dtype=torch.int64), 1, "cu_seqlens must end at T=8, got 7"),
+        (torch.tensor([0, 5, 3, 8], dtype=torch.int32), 1, "non-decreasing, got 5 then 3 at index 1"),
+        (torch.tensor([0, 3, 8], dtype=torch.int32), 2, "batch must be 1 when cu_seqlens is given"),
+    ],
+    ids=["float", "short", "2d", "start", "end", "decreasing", "B2"],
+)
+def test_bad_cu_seqlens(cu, B, message):
+    x, _ = make_inputs(B, 8, 2)
+    with pytest.raises(ValueError, match=message):
+        _call(x, cu_seqlens=cu)
+
+
+@pytest.mark.parametrize(
+    "state,message",
+    [
+        (torch.zeros(2, 2, 128, 128), "initial_state must have shape \\(3, 2, 128, 128\\)"),
+        (torch.zeros(3, 2, 128, 128, dtype=torch.bfloat16), "initial_state must be float32, got bfloat16"),
+        (torch.zeros(3, 2, 128, 64), "initial_state must have shape"),
+        (torch.zeros(3, 2, 128, 256)[..., :128], "initial_state must be contiguous"),
+    ],
+    ids=["count", "dtype", "shape", "contiguous"],
+)
+def test_bad_initial_state(state, message):
+    x, _ = make_inputs(1, 8, 2)
+    with pytest.raises(ValueError, match=message):
+        _call(x, initial_state=state, cu_seqlens=cu_seqlens_of([3, 0, 5]))
+
+
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), "0.1"], ids=["nan", "inf", "str"])
+def test_bad_scale(scale):
+    x, _ = make_inputs(1, 4, 1)
+    with pytest.raises(ValueError, match="scale must be a finite number"):
+        _call(x, scale=scale)
