@@ -1,0 +1,230 @@
+"""The one builder: build.ninja -> nvcc -> libkdactl.so in the cache, under a file lock, published
+atomically with a manifest.
+
+Concurrent builds of one key build once: the lock is an flock, which the kernel drops when its
+holder dies, so a killed build never wedges the next one; whoever gets the lock checks the cache
+again before building.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import filelock
+
+from kdactl.errors import BuildError, ToolMissing, UnsupportedTarget
+from kdactl.hw.toolkit import Toolkit
+from kdactl.jit import cache
+from kdactl.jit.spec import JitSpec
+
+log = logging.getLogger("kdactl.jit")
+
+LOCK_TIMEOUT_S = 1800.0  # the KDA kernels take minutes to compile on a small machine
+BUILD_TIMEOUT_S = 3600.0
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    target: str
+    directory: Path  # the cache entry
+    manifest: dict[str, Any]
+    built: bool  # False: it was already in the cache
+    build_s: float
+
+    @property
+    def library(self) -> Path:
+        return self.directory / self.manifest["library"]
+
+
+def find_ninja() -> str:
+    """The ninja binary: on PATH, else the one the `ninja` Python package ships."""
+    found = shutil.which("ninja")
+    if found:
+        return found
+    try:
+        import ninja  # type: ignore[import-not-found]
+    except ImportError:
+        raise ToolMissing("ninja not found (install the 'ninja' Python package or put ninja on PATH)") from None
+    return str(Path(ninja.BIN_DIR) / "ninja")
+
+
+def check_toolkit(spec: JitSpec, toolkit: Toolkit) -> None:
+    if toolkit.version < spec.target.min_cuda:
+        need = ".".join(map(str, spec.target.min_cuda))
+        raise UnsupportedTarget(f"nvcc {toolkit.version_str} cannot compile {spec.target.name} (needs CUDA >= {need})")
+
+
+def lookup_cached(spec: JitSpec, cache_dir: Path) -> BuildResult | None:
+    """The verified cache entry for spec, or None (missing or bad: build_library decides)."""
+    digest = spec.source_hash()
+    key = spec.key_dir(cache_dir, digest)
+    cache.ensure_private_dirs(Path(cache_dir), key.parent)
+    found = cache.check_entry(key, spec.target.name, digest)
+    return BuildResult(spec.target.name, key, found.manifest or {}, built=False, build_s=0.0) if found.ok else None
+
+
+def build_library(
+    spec: JitSpec,
+    cache_dir: Path,
+    toolkit: Toolkit,
+    *,
+    lock_timeout: float = LOCK_TIMEOUT_S,
+    jobs: int | None = None,
+) -> BuildResult:
+    """The cache entry for spec, built unless a verified one exists. Never loads it."""
+    check_toolkit(spec, toolkit)
+    digest = spec.source_hash()
+    key = spec.key_dir(cache_dir, digest)
+    cache.ensure_private_dirs(Path(cache_dir), key.parent)
+    found = cache.check_entry(key, spec.target.name, digest)
+    if found.ok:
+        return BuildResult(spec.target.name, key, found.manifest or {}, built=False, build_s=0.0)
+    with _locked(key.parent / f"{key.name}.lock", lock_timeout):
+        found = cache.check_entry(key, spec.target.name, digest)  # someone may have built it meanwhile
+        if found.ok:
+            return BuildResult(spec.target.name, key, found.manifest or {}, built=False, build_s=0.0)
+        _clear_leftovers(key, found.reason)
+        return _build_and_publish(spec, toolkit, key, digest, jobs)
+
+
+class _locked:
+    """filelock.FileLock with a clear BuildError on timeout; never a soft (stale-prone) lock."""
+
+    def __init__(self, path: Path, timeout: float) -> None:
+        self.path, self.timeout = path, timeout
+        self.lock = filelock.FileLock(str(path), timeout=timeout, fallback_to_soft=False, mode=0o600)
+
+    def __enter__(self) -> "_locked":
+        try:
+            self.lock.acquire()
+        except filelock.Timeout:
+            raise BuildError(
+                f"timed out after {self.timeout:.0f} s waiting for the build lock {self.path}: "
+                "another kdactl build of the same kernels is still running"
+            ) from None
+        except (OSError, NotImplementedError) as err:
+            raise BuildError(f"cannot lock {self.path}: {err}") from None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def _clear_leftovers(key: Path, reason: str) -> None:
+    """Under the lock: drop a bad entry (with a warning) and temp dirs of killed builds."""
+    if key.exists():
+        log.warning("kdactl: rebuilding cache entry %s: %s", key, reason)
+        cache.discard_dir(key)
+    for stale in key.parent.glob(f".{key.name}.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def _build_and_publish(spec: JitSpec, toolkit: Toolkit, key: Path, digest: str, jobs: int | None) -> BuildResult:
+    start = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key.name}.tmp-", dir=key.parent))
+    try:
+        write_build_ninja(spec, toolkit, tmp)
+        run_ninja(tmp, spec, jobs)
+        for obj in tmp.glob("*.o"):
+            obj.unlink()
+        build_s = time.monotonic() - start
+        manifest = make_manifest(spec, toolkit, digest, tmp, build_s)
+        cache.write_json_atomic(tmp / cache.MANIFEST, manifest)
+        os.chmod(tmp, cache.PRIVATE_MODE)
+        os.replace(tmp, key)  # publish: readers see no entry or a whole one
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info("kdactl: built %s for %s in %.1f s", key, spec.target.name, build_s)
+    return BuildResult(spec.target.name, key, manifest, built=True, build_s=build_s)
+
+
+def _ninja_path(path: Path | str) -> str:
+    return str(path).replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
+
+
+def render_build_ninja(spec: JitSpec, nvcc: str) -> str:
+    """One compile edge per .cu -> .o, one link edge -> lib<name>.so."""
+    quote = lambda args: " ".join(shlex.quote(str(a)) for a in args)  # noqa: E731
+    lines = [
+        "ninja_required_version = 1.3",
+        f"nvcc = {shlex.quote(nvcc)}",
+        f"cflags = {quote(spec.compile_flags())}",
+        f"ldflags = {quote(spec.link_flags())}",
+        "",
+        "rule compile",
+        "  command = $nvcc $cflags -c $src -o $out",
+        "  description = NVCC $out",
+        "rule link",
+        "  command = $nvcc $ldflags $in -o $out",
+        "  description = LINK $out",
+        "",
+    ]
+    objects = []
+    for source in spec.sources:
+        obj = f"{source.stem}.o"
+        objects.append(obj)
+        deps = "".join(f" {_ninja_path(h)}" for h in spec.headers)
+        lines.append(f"build {obj}: compile {_ninja_path(source)}" + (f" |{deps}" if deps else ""))
+        lines.append(f"  src = {shlex.quote(str(source))}")
+    lines.append(f"build {spec.so_name}: link {' '.join(objects)}")
+    lines.append(f"default {spec.so_name}")
+    return "\n".join(lines) + "\n"
+
+
+def write_build_ninja(spec: JitSpec, toolkit: Toolkit, directory: Path) -> Path:
+    path = directory / "build.ninja"
+    path.write_text(render_build_ninja(spec, toolkit.nvcc))
+    return path
+
+
+def run_ninja(directory: Path, spec: JitSpec, jobs: int | None) -> None:
+    cmd = [find_ninja(), "-C", str(directory)] + ([f"-j{jobs}"] if jobs else [])
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise BuildError(f"building {spec.target.name} took over {BUILD_TIMEOUT_S:.0f} s; gave up") from None
+    output = (proc.stdout or "") + (proc.stderr or "")
+    (directory / "build.log").write_text(output)
+    if proc.returncode != 0:
+        raise BuildError(f"nvcc failed for {spec.target.name} (ninja exit {proc.returncode}): {first_errors(output)}")
+
+
+def first_errors(output: str, limit: int = 5, width: int = 600) -> str:
+    """The first compiler error lines (or the first lines) of a build log, as one line."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error" in ln.lower() and not ln.startswith(("FAILED:", "ninja:"))]
+    text = " | ".join((errors or lines)[:limit]) or "no output"
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def make_manifest(spec: JitSpec, toolkit: Toolkit, digest: str, directory: Path, build_s: float) -> dict[str, Any]:
+    """Relocatable: file names are relative to the entry; no path is needed to load it."""
+    so = directory / spec.so_name
+    return {
+        "schema": cache.MANIFEST_SCHEMA,
+        "name": spec.name,
+        "target": spec.target.name,
+        "kdactl_version": spec.version,
+        "source_hash": digest,
+        "library": spec.so_name,
+        "files": {spec.so_name: cache.sha256_file(so)},
+        "nvcc": {"path": toolkit.nvcc, "version": toolkit.version_str, "banner": toolkit.banner},
+        "cflags": list(spec.cflags),
+        "ldflags": list(spec.link_flags()),
+        "sources": [p.relative_to(spec.root).as_posix() for p in spec.sources],
+        "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "build_s": round(build_s, 3),
+        "builder": {"host": socket.gethostname(), "pid": os.getpid()},
+    }

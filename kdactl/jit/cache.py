@@ -1,0 +1,159 @@
+"""The per-user build cache: private directories, manifests, and checking an entry before use.
+
+An entry is a directory <cache>/<kdactl version>/<target>/<name>-<hash16>/ holding the library and
+manifest.json. It is trusted only when its manifest names the expected target and source hash and
+every file's sha256 matches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kdactl.errors import UnsafeCache
+
+MANIFEST = "manifest.json"
+MANIFEST_SCHEMA = "kdactl.build/v1"
+PRIVATE_MODE = 0o700
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def check_private_dir(path: Path, *, shared: bool = False) -> None:
+    """Refuse a directory that group/other can write or (unless ``shared``, as an installed AOT
+    bundle is) one that another user owns or this user cannot write."""
+    try:
+        st = os.stat(path)
+    except OSError as err:
+        raise UnsafeCache(f"cannot use directory {path}: {err.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeCache(f"{path} is not a directory")
+    if st.st_mode & 0o022:
+        raise UnsafeCache(
+            f"directory {path} is writable by group or other (mode {oct(st.st_mode & 0o777)}); "
+            f"refusing to load code from it; run 'chmod go-w {path}' or use another directory"
+        )
+    if shared:
+        return
+    if st.st_uid != os.geteuid():
+        raise UnsafeCache(
+            f"cache directory {path} is owned by uid {st.st_uid}, not this user (uid {os.geteuid()}); "
+            "set KDACTL_CACHE_DIR to a directory of your own"
+        )
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UnsafeCache(f"cache directory {path} is not writable by this user; set KDACTL_CACHE_DIR")
+
+
+def ensure_private_dirs(root: Path, leaf: Path | None = None) -> None:
+    """Create root and every directory down to leaf (mode 0700) where missing, and check each.
+
+    Directories above root that kdactl has to create are made 0700 too; existing ones above root
+    (say /tmp) are not kdactl's to judge.
+    """
+    root = Path(root)
+    _make_dir(root)
+    chain = [root]
+    if leaf is not None:
+        for part in Path(leaf).relative_to(root).parts:
+            chain.append(chain[-1] / part)
+    for directory in chain:
+        _make_dir(directory)
+        check_private_dir(directory)
+
+
+def _make_dir(path: Path) -> None:
+    if path.is_dir():
+        return
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=PRIVATE_MODE)
+        except FileExistsError:
+            continue  # another process made it first; check_private_dir judges it
+        except OSError as err:
+            raise UnsafeCache(f"cannot create cache directory {directory}: {err.strerror}; set KDACTL_CACHE_DIR") from None
+        os.chmod(directory, PRIVATE_MODE)  # mkdir's mode is masked by the umask
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    """The entry's manifest; ValueError says why it cannot be read."""
+    path = Path(directory) / MANIFEST
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path} is missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} cannot be read: {err}") from None
+    if not isinstance(data, dict) or data.get("schema") != MANIFEST_SCHEMA:
+        raise ValueError(f"{path} is not a {MANIFEST_SCHEMA} manifest")
+    return data
+
+
+def write_json_atomic(path: Path, data: dict[str, Any], mode: int = 0o600) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class EntryCheck:
+    ok: bool
+    reason: str  # why not, for the warning; "" when ok
+    manifest: dict[str, Any] | None = None
+
+
+def check_entry(directory: Path, target: str, source_hash: str | None) -> EntryCheck:
+    """Is the entry complete, for this target (and source hash, when given), with files intact?"""
+    if not Path(directory).is_dir():
+        return EntryCheck(False, "not built yet")
+    try:
+        manifest = read_manifest(directory)
+    except ValueError as err:
+        return EntryCheck(False, str(err))
+    if manifest.get("target") != target:
+        return EntryCheck(False, f"manifest target is {manifest.get('target')!r}, expected {target!r}")
+    if source_hash is not None and manifest.get("source_hash") != source_hash:
+        return EntryCheck(False, "manifest source hash does not match the current sources and flags")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        return EntryCheck(False, "manifest lists no files")
+    for name, expected in files.items():
+        reason = _check_file(Path(directory), name, expected)
+        if reason:
+            return EntryCheck(False, reason)
+    return EntryCheck(True, "", manifest)
+
+
+def _check_file(directory: Path, name: str, expected: Any) -> str:
+    path = directory / name
+    if Path(name).is_absolute() or ".." in Path(name).parts:
+        return f"manifest file name {name!r} leaves the entry"
+    if not path.is_file():
+        return f"{path} is missing"
+    actual = sha256_file(path)
+    if actual != expected:
+        return f"{path} sha256 {actual[:16]}... does not match the manifest's {str(expected)[:16]}..."
+    return ""
+
+
+def discard_dir(path: Path) -> None:
+    """Move a directory out of the way (atomic), then delete it."""
+    trash = Path(tempfile.mkdtemp(prefix=f".{path.name}.trash-", dir=path.parent))
+    os.replace(path, trash / "old")
+    shutil.rmtree(trash, ignore_errors=True)

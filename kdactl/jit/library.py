@@ -1,0 +1,232 @@
+"""Load the kernel library: the AOT bundle's entry if it verifies, else the JIT cache (built when
+missing or bad), through ctypes with a declared signature for every C ABI entry point.
+
+Nothing happens at import time; the loaded library is cached per process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from kdactl.errors import BuildError, Inconclusive, NoGpu, ToolMissing
+from kdactl.hw.toolkit import Toolkit, find_toolkit
+from kdactl.jit import aot
+from kdactl.jit.build import build_library, lookup_cached
+from kdactl.jit.spec import kernel_library_spec
+from kdactl.settings import Settings
+from kdactl.targets import get_target, select_target, target_runs_on
+
+log = logging.getLogger("kdactl.jit")
+
+ABI_VERSION = 1  # KDACTL_ABI_VERSION in csrc/kdactl_api.h
+KDACTL_ERR_WRONG_DEVICE = 10001
+
+ToolkitProvider = Callable[[str], Toolkit]
+
+
+class KdaArgs(ctypes.Structure):
+    """Mirrors ``kdactl_kda_args`` in csrc/kdactl_api.h field for field (tests compare the layout
+    with the C compiler's). Pointers are c_void_p so that ``tensor.data_ptr()`` assigns directly."""
+
+    _fields_ = [
+        ("q", ctypes.c_void_p),  # const void*
+        ("k", ctypes.c_void_p),  # const void*
+        ("v", ctypes.c_void_p),  # const void*
+        ("g", ctypes.c_void_p),  # const void*
+        ("beta", ctypes.c_void_p),  # const void*
+        ("initial_state", ctypes.c_void_p),  # const float*, may be NULL
+        ("o", ctypes.c_void_p),  # void*
+        ("final_state", ctypes.c_void_p),  # float*, may be NULL
+        ("cu_seqlens", ctypes.c_void_p),  # const void*, NULL for fixed length
+        ("batch", ctypes.c_int64),
+        ("seqlen", ctypes.c_int64),
+        ("heads", ctypes.c_int32),
+        ("key_dim", ctypes.c_int32),
+        ("value_dim", ctypes.c_int32),
+        ("g_is_bf16", ctypes.c_int32),
+        ("beta_is_bf16", ctypes.c_int32),
+        ("cu_seqlens_is_int32", ctypes.c_int32),
+        ("tuning", ctypes.c_int32),
+        ("scale", ctypes.c_float),
+    ]
+
+
+_KDA_ROUTE_SIGNATURE = ([ctypes.POINTER(KdaArgs), ctypes.c_void_p], ctypes.c_int)
+
+# Every entry point of csrc/kdactl_api.h: (argtypes, restype). Any other exported kdactl_kda_<route>
+# takes the KDA route signature (Kernels.kda_route).
+SIGNATURES: dict[str, tuple[list[Any], Any]] = {
+    "kdactl_abi_version": ([], ctypes.c_int),
+    "kdactl_target_name": ([], ctypes.c_char_p),
+    "kdactl_error_string": ([ctypes.c_int], ctypes.c_char_p),
+    "kdactl_check_device": ([], ctypes.c_int),
+    "kdactl_selftest": ([ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p], ctypes.c_int),
+    "kdactl_kda_direct": _KDA_ROUTE_SIGNATURE,
+}
+
+
+class KernelError(Inconclusive, RuntimeError):
+    """A kernel entry point returned an error code."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, eq=False)
+class Kernels:
+    lib: ctypes.CDLL = field(repr=False)
+    path: Path
+    target: str
+    origin: str  # "aot", "cache" (found) or "built" (built just now)
+    manifest: dict[str, Any] = field(repr=False)
+    build_s: float = 0.0
+    load_s: float = 0.0
+
+    def error_string(self, rc: int) -> str:
+        text = self.lib.kdactl_error_string(rc)
+        return text.decode(errors="replace") if text else f"unknown error {rc}"
+
+    def check(self, rc: int, what: str) -> None:
+        """Raise on a non-zero return code: BuildError when the build cannot run on this device."""
+        if rc == 0:
+            return
+        message = f"{what} failed ({self.target}): {self.error_string(rc)} (code {rc})"
+        if rc == KDACTL_ERR_WRONG_DEVICE:
+            raise BuildError(message)
+        raise KernelError(message, rc)
+
+    def check_device(self) -> None:
+        self.check(self.lib.kdactl_check_device(), "kdactl_check_device")
+
+    def kda_route(self, route: str) -> Any:
+        """The ctypes function for kdactl_kda_<route>; BuildError when the library lacks it."""
+        name = f"kdactl_kda_{route}"
+        try:
+            fn = getattr(self.lib, name)
+        except AttributeError:
+            raise BuildError(f"{self.path} has no entry point {name}") from None
+        fn.argtypes, fn.restype = _KDA_ROUTE_SIGNATURE
+        return fn
+
+
+@functools.lru_cache(maxsize=None)
+def _bind(path: str) -> ctypes.CDLL:
+    """dlopen once per path and declare every signature."""
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as err:
+        raise BuildError(f"cannot load {path}: {err}") from None
+    missing = [name for name in SIGNATURES if not hasattr(lib, name)]
+    if missing:
+        raise BuildError(f"{path} lacks entry points: {', '.join(missing)}")
+    for name, (argtypes, restype) in SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, restype
+    return lib
+
+
+def open_library(path: Path, target: str) -> ctypes.CDLL:
+    """Load and check that it is the ABI and target we expect."""
+    lib = _bind(str(path))
+    abi = lib.kdactl_abi_version()
+    if abi != ABI_VERSION:
+        raise BuildError(f"{path} has C ABI version {abi}, this kdactl needs {ABI_VERSION}")
+    built_for = (lib.kdactl_target_name() or b"").decode(errors="replace")
+    if built_for != target:
+        raise BuildError(f"{path} was compiled for {built_for!r}, expected {target!r}")
+    return lib
+
+
+def open_kernels(
+    settings: Settings, target_name: str | None = None, toolkit_provider: ToolkitProvider = find_toolkit
+) -> Kernels:
+    """Uncached load: AOT entry, else JIT cache entry, else build. Reports where it came from."""
+    target = choose_target(settings, target_name, toolkit_provider)
+    start = time.monotonic()
+    spec = kernel_library_spec(get_target(target))
+    entry = aot.find_entry(settings.aot_dir, spec) if settings.aot_dir else None
+    if entry is not None:
+        origin, directory, manifest, build_s = "aot", entry.directory, entry.manifest, 0.0
+    else:
+        result = lookup_cached(spec, settings.cache_dir)
+        if result is None:
+            toolkit = _toolkit_or_explain(settings, target, toolkit_provider)
+            result = build_library(spec, settings.cache_dir, toolkit)
+        origin = "built" if result.built else "cache"
+        directory, manifest, build_s = result.directory, result.manifest, result.build_s
+    path = directory / manifest["library"]
+    load_start = time.monotonic()
+    lib = open_library(path, target)
+    load_s = time.monotonic() - load_start if origin == "built" else time.monotonic() - start
+    return Kernels(lib, path, target, origin, manifest, build_s=build_s, load_s=load_s)
+
+
+def load_kernels(
+    settings: Settings, target_name: str | None = None, toolkit_provider: ToolkitProvider = find_toolkit
+) -> Kernels:
+    """The kernel library for ``target_name`` (default: KDACTL_CUDA_ARCH, else the current CUDA
+    device's target), loaded once per process per settings and target."""
+    key = (settings.cache_dir, settings.aot_dir, settings.nvcc, settings.cuda_arch)
+    return _load_cached(key, target_name, toolkit_provider, _Carry(settings))
+
+
+class _Carry:
+    """Carries a value through lru_cache without making it part of the key."""
+
+    def __init__(self, value: Settings) -> None:
+        self.value = value
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Carry)
+
+
+@functools.lru_cache(maxsize=16)
+def _load_cached(key: tuple, target_name: str | None, provider: ToolkitProvider, settings: _Carry) -> Kernels:
+    return open_kernels(settings.value, target_name, provider)
+
+
+def clear_loaded() -> None:
+    """Forget the per-process cache (tests)."""
+    _load_cached.cache_clear()
+
+
+def choose_target(settings: Settings, target_name: str | None, toolkit_provider: ToolkitProvider) -> str:
+    """Explicit name, else KDACTL_CUDA_ARCH, else the current device: an AOT entry that runs on it,
+    else the SPEC policy for this device and the local nvcc."""
+    if target_name or settings.cuda_arch:
+        return get_target(target_name or settings.cuda_arch or "").name
+    cc = current_device_cc()
+    if settings.aot_dir:
+        found = aot.target_for_device(settings.aot_dir, cc)
+        if found:
+            return found
+    toolkit = _toolkit_or_explain(settings, None, toolkit_provider)
+    return select_target(cc, toolkit.version)
+
+
+def current_device_cc() -> tuple[int, int]:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise NoGpu("no CUDA device visible to torch; name a target to compile only (kdactl build --target ...)")
+    major, minor = torch.cuda.get_device_capability()
+    return int(major), int(minor)
+
+
+def _toolkit_or_explain(settings: Settings, target: str | None, provider: ToolkitProvider) -> Toolkit:
+    try:
+        return provider(settings.nvcc)
+    except ToolMissing as err:
+        where = f"KDACTL_AOT_DIR={settings.aot_dir} has no usable entry" if settings.aot_dir else "KDACTL_AOT_DIR is not set"
+        what = f" for {target}" if target else ""
+        raise ToolMissing(f"{err}; no prebuilt kernel library{what} either ({where})") from None

@@ -1,0 +1,104 @@
+"""The kernel library described as data: sources, headers, flags, target, and the cache key.
+
+Nothing here runs a compiler, so the whole description is testable on a CPU machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from kdactl import __version__
+from kdactl.errors import BuildError
+from kdactl.targets import Target
+
+LIBRARY_NAME = "kdactl"
+SO_NAME = "libkdactl.so"
+
+_HEADER_SUFFIXES = frozenset({".cuh", ".h", ".hpp", ".inc", ".cu"})
+
+# Flags every target shares; the target adds exactly one -gencode and one -D.
+COMMON_CFLAGS: tuple[str, ...] = (
+    "-O3",
+    "-std=c++17",
+    "--expt-relaxed-constexpr",
+    "-Xcompiler",
+    "-fPIC",
+    "-lineinfo",
+)
+# cudart is linked statically so that the .so needs only the driver on the node (AOT bundles).
+LDFLAGS: tuple[str, ...] = ("-shared", "-cudart=static")
+
+
+@dataclass(frozen=True)
+class JitSpec:
+    """One build unit: compile every source for one target, link one shared library."""
+
+    name: str
+    target: Target
+    root: Path  # the csrc folder; file names in the hash are relative to it
+    sources: tuple[Path, ...]
+    headers: tuple[Path, ...]
+    cflags: tuple[str, ...]
+    ldflags: tuple[str, ...]
+    include_dirs: tuple[Path, ...]
+    version: str = __version__
+
+    @property
+    def so_name(self) -> str:
+        return f"lib{self.name}.so"
+
+    def compile_flags(self) -> list[str]:
+        """nvcc flags for one .cu -> .o, include dirs last (absolute paths stay out of the hash)."""
+        return [*self.cflags, *(f"-I{d}" for d in self.include_dirs)]
+
+    def link_flags(self) -> list[str]:
+        return [self.target.gencode, *self.ldflags]
+
+    def source_hash(self) -> str:
+        """sha256 over file names and contents (sources and headers), flags and kdactl version."""
+        h = hashlib.sha256()
+        for label, value in (("name", self.name), ("target", self.target.name), ("version", self.version)):
+            _feed(h, label, value.encode())
+        for path in (*self.sources, *self.headers):
+            _feed(h, "file:" + path.relative_to(self.root).as_posix(), path.read_bytes())
+        _feed(h, "cflags", "\0".join(self.cflags).encode())
+        _feed(h, "ldflags", "\0".join(self.link_flags()).encode())
+        return h.hexdigest()
+
+    def key_dir(self, cache_dir: Path, source_hash: str | None = None) -> Path:
+        """<cache_dir>/<kdactl version>/<target>/<name>-<hash16>/"""
+        digest = source_hash or self.source_hash()
+        return Path(cache_dir) / self.version / self.target.name / f"{self.name}-{digest[:16]}"
+
+
+def _feed(h: "hashlib._Hash", label: str, data: bytes) -> None:
+    """Length-prefixed so that no two different inputs feed the same byte stream."""
+    for part in (label.encode(), data):
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+
+
+def kernel_library_spec(target: Target, csrc: Path | None = None) -> JitSpec:
+    """Every csrc/*.cu is a source (new kernel files join automatically); every other C/C++ file
+    under csrc (headers, and .cu files in subfolders, which can only be #included) is hashed."""
+    if csrc is None:
+        from kdactl.assets import csrc_dir
+
+        csrc = csrc_dir()
+    root = Path(csrc).resolve()
+    sources = tuple(sorted(p for p in root.glob("*.cu") if p.is_file()))
+    if not sources:
+        raise BuildError(f"no *.cu kernel sources in {root}")
+    headers = tuple(sorted(p for p in root.rglob("*") if p.suffix in _HEADER_SUFFIXES and p.is_file() and p not in sources))
+    return JitSpec(
+        name=LIBRARY_NAME,
+        target=target,
+        root=root,
+        sources=sources,
+        headers=headers,
+        cflags=(target.gencode, f"-D{target.define}", *COMMON_CFLAGS),
+        ldflags=LDFLAGS,
+        include_dirs=(root,),
+    )
