@@ -38,19 +38,23 @@ def _sequences(q: Tensor, cu_seqlens: Tensor | None) -> list[tuple[int, int, int
     return [(0, bounds[n], bounds[n + 1]) for n in range(len(bounds) - 1)]
 
 
-def kda_recurrent(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None):
-    """fp64 token-by-token reference on the CPU. Returns (o [B,T,H,V] fp64, final_state [N,H,K,V] fp64)."""
-    q, k, v, g, beta = (x.detach().to("cpu", torch.float64) for x in (q, k, v, g, beta))
+def kda_recurrent(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None, device="cpu"):
+    """fp64 token-by-token reference. Returns (o [B,T,H,V] fp64, final_state [N,H,K,V] fp64).
+
+    Runs on the CPU by default; ``device="cuda"`` runs the same fp64 arithmetic on the GPU, which
+    only shortens long test references.
+    """
+    q, k, v, g, beta = (x.detach().to(device, torch.float64) for x in (q, k, v, g, beta))
     B, T, H, K = q.shape
     V = v.shape[-1]
     scale = K**-0.5 if scale is None else float(scale)
     seqs = _sequences(q, cu_seqlens)
-    o = torch.zeros(B, T, H, V, dtype=torch.float64)
-    final = torch.zeros(len(seqs), H, K, V, dtype=torch.float64)
+    o = torch.zeros(B, T, H, V, dtype=torch.float64, device=device)
+    final = torch.zeros(len(seqs), H, K, V, dtype=torch.float64, device=device)
     for n, (b, bos, eos) in enumerate(seqs):
-        S = torch.zeros(H, K, V, dtype=torch.float64)
+        S = torch.zeros(H, K, V, dtype=torch.float64, device=device)
         if initial_state is not None:
-            S = initial_state[n].detach().to("cpu", torch.float64).clone()
+            S = initial_state[n].detach().to(device, torch.float64).clone()
         for t in range(bos, eos):
             kt, vt, bt = k[b, t], v[b, t], beta[b, t]  # [H,K], [H,V], [H]
             S = S * g[b, t].exp().unsqueeze(-1)  # Diag(exp g_t) S

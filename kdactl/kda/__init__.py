@@ -24,19 +24,23 @@ def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_st
     KdaWorkspace) and ``out`` the call allocates nothing, so it can be captured in a CUDA graph.
     ``tuning`` picks a route-specific kernel variant (benchmarks only; 0 = the launcher's choice).
     """
+    import torch
+
     from kdactl.kda.op import device_info, kda_prefill_
 
-    problem = validate(q, k, v, g, beta, scale, initial_state, cu_seqlens)
-    decision = decide_route(problem, device_info(q.device.index or 0), route)
-    o, final_state = _outputs(out, q, v, problem, output_final_state)
-    if workspace is not None:
+    eager = not torch.compiler.is_compiling()  # tracing reads no pointers; the op checks at run time
+    problem = validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, runtime=eager)
+    if eager:
+        decide_route(problem, device_info(q.device), route)  # an ineligible forced route fails here
+    o, final_state = _outputs(out, q, v, problem, output_final_state, eager)
+    if workspace is not None and eager:
         workspace.claim(q.device)
     scale = problem.key_dim**-0.5 if scale is None else float(scale)
-    kda_prefill_(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, decision.route, int(tuning))
+    kda_prefill_(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, route, int(tuning))
     return o, final_state
 
 
-def _outputs(out, q, v, problem: KdaProblem, output_final_state: bool):
+def _outputs(out, q, v, problem: KdaProblem, output_final_state: bool, eager: bool = True):
     """(o, final_state or None): taken from ``out`` when given (checked), else allocated."""
     import torch
 
@@ -46,7 +50,7 @@ def _outputs(out, q, v, problem: KdaProblem, output_final_state: bool):
     if o is None:
         o = torch.empty(o_shape, dtype=torch.bfloat16, device=q.device)
     else:
-        _check_out("out[0]" if isinstance(out, tuple) else "out", o, o_shape, torch.bfloat16, q.device)
+        _check_out("out[0]" if isinstance(out, tuple) else "out", o, o_shape, torch.bfloat16, q.device, eager)
     if not output_final_state:
         if state is not None:
             raise ValueError("kdactl.kda.prefill: out gives a final_state buffer but output_final_state=False")
@@ -54,15 +58,15 @@ def _outputs(out, q, v, problem: KdaProblem, output_final_state: bool):
     if state is None:
         state = torch.empty(s_shape, dtype=torch.float32, device=q.device)
     else:
-        _check_out("out[1]", state, s_shape, torch.float32, q.device)
+        _check_out("out[1]", state, s_shape, torch.float32, q.device, eager)
     return o, state
 
 
-def _check_out(name, x, shape, dtype, device):
+def _check_out(name, x, shape, dtype, device, eager=True):
     import torch
 
     if not isinstance(x, torch.Tensor) or x.dtype != dtype or tuple(x.shape) != shape:
         got = f"{getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))}"
         raise ValueError(f"kdactl.kda.prefill: {name} must be {dtype} of shape {shape}, got {got}")
-    if x.device != device or not x.is_contiguous() or x.data_ptr() % 16:
+    if x.device != device or not x.is_contiguous() or (eager and x.data_ptr() % 16):
         raise ValueError(f"kdactl.kda.prefill: {name} must be contiguous, 16-byte aligned, on {device}")

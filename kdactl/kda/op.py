@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 
 from kdactl.kda.problem import KdaProblem
-from kdactl.kda.routes import DeviceInfo
+from kdactl.kda.routes import DeviceInfo, decide_route
 
 _ENTRY_POINTS = {"direct": "kdactl_kda_direct"}
 
@@ -27,8 +27,12 @@ def kernels():
     return load_kernels(Settings.from_env())
 
 
+def device_info(device: torch.device) -> DeviceInfo:
+    return _device_info(device.index if device.index is not None else torch.cuda.current_device())
+
+
 @functools.lru_cache(maxsize=None)
-def device_info(index: int) -> DeviceInfo:
+def _device_info(index: int) -> DeviceInfo:
     props = torch.cuda.get_device_properties(index)
     return DeviceInfo(sm_count=props.multi_processor_count, cc=(props.major, props.minor), target=kernels().target)
 
@@ -65,11 +69,18 @@ def kda_prefill_(
     route: str,
     tuning: int,
 ) -> None:
-    """Launch ``route`` on the current stream; inputs were validated by kdactl.kda.prefill."""
+    """Launch ``route`` ("auto" resolved here) on the current stream. kdactl.kda.prefill validated
+    the inputs; the pointer checks it skips while torch.compile traces are repeated here."""
+    tensors = dict(q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, cu_seqlens=cu_seqlens,
+                   o=o, final_state=final_state)  # fmt: skip
+    for name, t in tensors.items():
+        if t is not None and t.numel() and t.data_ptr() % 16:
+            raise ValueError(f"kdactl.kda.prefill: {name} must be 16-byte aligned")
     B, T, H, K = q.shape
     num_seqs = cu_seqlens.numel() - 1 if cu_seqlens is not None else B
     problem = KdaProblem(B, T, H, K, v.shape[-1], num_seqs, cu_seqlens is not None,
                          g.dtype == torch.bfloat16, beta.dtype == torch.bfloat16)  # fmt: skip
+    route = decide_route(problem, device_info(q.device), route).route
     lib = kernels()
     args = _args(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, tuning, problem)
     stream = torch.cuda.current_stream(q.device).cuda_stream

@@ -40,7 +40,7 @@ def _fail(name: str, what: str) -> ValueError:
     return ValueError(f"kdactl.kda.prefill: {name} {what}")
 
 
-def _check_tensor(name, x, dtypes, ndim, device=None, require_cuda=True):
+def _check_tensor(name, x, dtypes, ndim, device=None, require_cuda=True, runtime=True):
     if not isinstance(x, torch.Tensor):
         raise _fail(name, f"must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in dtypes:
@@ -54,7 +54,7 @@ def _check_tensor(name, x, dtypes, ndim, device=None, require_cuda=True):
         raise _fail(name, f"must be on {device} like q, got {x.device}")
     if not x.is_contiguous():
         raise _fail(name, f"must be contiguous, got strides {x.stride()} for shape {tuple(x.shape)}")
-    if x.numel() and x.data_ptr() % 16:
+    if runtime and x.numel() and x.data_ptr() % 16:
         raise _fail(name, "must be 16-byte aligned (a view at an odd offset? pass .clone())")
 
 
@@ -63,15 +63,16 @@ def _check_shape(name, x, shape):
         raise _fail(name, f"must have shape {tuple(shape)} to match q/v, got {tuple(x.shape)}")
 
 
-def validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, require_cuda=True) -> KdaProblem:
+def validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, require_cuda=True, runtime=True) -> KdaProblem:
     """Check every input; return the problem's plain facts. ``require_cuda=False`` lets CPU tests
-    exercise every other rule on CPU tensors."""
+    exercise every other rule on CPU tensors; ``runtime=False`` (under torch.compile tracing) skips
+    the checks that read pointers or device values, which the op repeats when it runs."""
     bf16, fp = (torch.bfloat16,), (torch.float32, torch.bfloat16)
-    _check_tensor("q", q, bf16, 4, require_cuda=require_cuda)
+    _check_tensor("q", q, bf16, 4, require_cuda=require_cuda, runtime=runtime)
     dev = q.device
 
     def check(name, x, dtypes, ndim):
-        _check_tensor(name, x, dtypes, ndim, dev, require_cuda)
+        _check_tensor(name, x, dtypes, ndim, dev, require_cuda, runtime)
 
     check("k", k, bf16, 4)
     check("v", v, bf16, 4)
@@ -91,7 +92,7 @@ def validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, require_cuda
         raise _fail("q", f"heads must be in 1..{MAX_GRID_DIM}, got {H}")
     if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
         raise _fail("scale", f"must be a finite number, got {scale!r}")
-    num_seqs = _check_cu_seqlens(cu_seqlens, B, T, dev) if cu_seqlens is not None else B
+    num_seqs = _check_cu_seqlens(cu_seqlens, B, T, dev, runtime) if cu_seqlens is not None else B
     if num_seqs > MAX_GRID_DIM:
         raise _fail("cu_seqlens" if cu_seqlens is not None else "q", f"at most {MAX_GRID_DIM} sequences, got {num_seqs}")
     if initial_state is not None:
@@ -100,7 +101,7 @@ def validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, require_cuda
     return KdaProblem(B, T, H, K, V, num_seqs, cu_seqlens is not None, g.dtype == torch.bfloat16, beta.dtype == torch.bfloat16)
 
 
-def _check_cu_seqlens(cu, B, T, dev) -> int:
+def _check_cu_seqlens(cu, B, T, dev, runtime=True) -> int:
     if not isinstance(cu, torch.Tensor) or cu.dtype not in (torch.int32, torch.int64):
         raise _fail("cu_seqlens", f"must be an int32 or int64 tensor, got {getattr(cu, 'dtype', type(cu).__name__)}")
     if cu.dim() != 1 or cu.numel() < 2:
@@ -111,7 +112,7 @@ def _check_cu_seqlens(cu, B, T, dev) -> int:
         raise _fail("cu_seqlens", "must be contiguous")
     if B != 1:
         raise _fail("q", f"batch must be 1 when cu_seqlens is given (varlen packs sequences along T), got B={B}")
-    if not capturing(dev):
+    if runtime and not capturing(dev):
         bounds = cu.tolist()
         if bounds[0] != 0:
             raise _fail("cu_seqlens", f"must start at 0, got {bounds[0]}")

@@ -1,0 +1,59 @@
+"""Shared pytest wiring: tests marked ``gpu`` skip cleanly where torch sees no CUDA device."""
+
+import pytest
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # noqa: BLE001 - no torch or a broken driver: no GPU tests
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if _has_cuda():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+# --- kernel library build/load (kdactl.jit) ----------------------------------------------------
+
+TINY_KDA_STUB = """// Test stub: the tiny library has every ABI entry point but no KDA kernel.
+#include "common.cuh"
+extern "C" int kdactl_kda_direct(const kdactl_kda_args*, void*) { return KDACTL_ERR_UNSUPPORTED; }
+"""
+
+
+@pytest.fixture(scope="session")
+def nvcc_toolkit():
+    """The real nvcc (CI has it); tests that compile skip, visibly, where there is none."""
+    from kdactl.errors import KdactlError
+    from kdactl.hw.toolkit import find_toolkit
+
+    try:
+        return find_toolkit()
+    except KdactlError as err:
+        pytest.skip(f"needs nvcc: {err}")
+
+
+@pytest.fixture
+def tiny_csrc(tmp_path):
+    """A copy of csrc with every header but only library.cu, selftest.cu and a KDA stub as sources:
+    compiles in about two seconds, so builder tests stay fast however big the real kernels grow."""
+    import shutil
+
+    from kdactl.assets import csrc_dir
+
+    src = csrc_dir()
+    dest = tmp_path / "csrc"
+    dest.mkdir()
+    headers = [p.name for p in src.iterdir() if p.suffix in (".cuh", ".h")]
+    for name in ("library.cu", "selftest.cu", *headers):
+        shutil.copy(src / name, dest / name)
+    (dest / "kda_stub.cu").write_text(TINY_KDA_STUB)
+    return dest
