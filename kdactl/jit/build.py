@@ -110,7 +110,7 @@ class _locked:
             self.lock.acquire()
         except filelock.Timeout:
             raise BuildError(
-                f"timed out after {self.timeout:.0f} s waiting for the build lock {self.path}: "
+                f"timed out after {self.timeout:g} s waiting for the build lock {self.path}: "
                 "another kdactl build of the same kernels is still running"
             ) from None
         except (OSError, NotImplementedError) as err:

@@ -84,7 +84,7 @@ class BuildReport:
 
 
 NodeProvider = Callable[[Settings], Any]  # -> kdactl.node.NodeFacts
-Loader = Callable[[Settings, str, ToolkitProvider], Kernels]
+Loader = Callable[[Settings, str, ToolkitProvider, "Path | None"], Kernels]
 SelftestRunner = Callable[[Kernels, int], SelftestResult]
 
 
@@ -110,11 +110,14 @@ def build_command(
     loader: Loader = open_kernels,
     selftest: SelftestRunner = run_selftest,
     devices: Callable[[], list[int]] = _torch_devices,
+    csrc: Path | None = None,
 ) -> BuildReport:
+    """No targets: this node's target, built or loaded, self-tested on every visible GPU.
+    Targets ("sm_90a,sm_100f"): compile each, load nothing."""
     if targets is not None:
-        return compile_targets(settings, parse_target_list(targets), aot_dir, toolkit_provider)
+        return compile_targets(settings, parse_target_list(targets), aot_dir, toolkit_provider, csrc)
     target = node_target(settings, node_provider)
-    kernels = loader(settings, target, toolkit_provider)
+    kernels = loader(settings, target, toolkit_provider, csrc)
     indices = devices()
     if not indices:
         raise NoGpu(f"torch sees no CUDA device, so the {target} library cannot be self-tested")
@@ -122,16 +125,20 @@ def build_command(
     library = LibraryInfo(target, kernels.path, kernels.origin, kernels.build_s, kernels.load_s, kernels.manifest)
     bundle = None
     if aot_dir is not None:
-        bundle = aot.write_bundle(aot_dir, [_built(settings, get_target(target), toolkit_provider)])
+        bundle = aot.write_bundle(aot_dir, [_built(settings, get_target(target), toolkit_provider, csrc)])
     return BuildReport("node", (library,), results, bundle)
 
 
 def compile_targets(
-    settings: Settings, targets: list[Target], aot_dir: Path | None, toolkit_provider: ToolkitProvider
+    settings: Settings,
+    targets: list[Target],
+    aot_dir: Path | None = None,
+    toolkit_provider: ToolkitProvider = find_toolkit,
+    csrc: Path | None = None,
 ) -> BuildReport:
     """Compile only: each target's library into the cache (and the AOT bundle); nothing is loaded."""
     toolkit = toolkit_provider(settings.nvcc)
-    results = [build_library(kernel_library_spec(t), settings.cache_dir, toolkit) for t in targets]
+    results = [build_library(kernel_library_spec(t, csrc), settings.cache_dir, toolkit) for t in targets]
     libraries = tuple(
         LibraryInfo(r.target, r.library, "built" if r.built else "cache", r.build_s, None, r.manifest) for r in results
     )
@@ -155,7 +162,7 @@ def node_target(settings: Settings, node_provider: NodeProvider) -> str:
     return targets.pop()
 
 
-def _built(settings: Settings, target: Target, toolkit_provider: ToolkitProvider) -> BuildResult:
+def _built(settings: Settings, target: Target, toolkit_provider: ToolkitProvider, csrc: Path | None) -> BuildResult:
     """The cache entry for target, building it if needed (AOT bundles copy from the cache)."""
-    spec = kernel_library_spec(target)
+    spec = kernel_library_spec(target, csrc)
     return lookup_cached(spec, settings.cache_dir) or build_library(spec, settings.cache_dir, toolkit_provider(settings.nvcc))

@@ -145,12 +145,15 @@ def open_library(path: Path, target: str) -> ctypes.CDLL:
 
 
 def open_kernels(
-    settings: Settings, target_name: str | None = None, toolkit_provider: ToolkitProvider = find_toolkit
+    settings: Settings,
+    target_name: str | None = None,
+    toolkit_provider: ToolkitProvider = find_toolkit,
+    csrc: Path | None = None,
 ) -> Kernels:
     """Uncached load: AOT entry, else JIT cache entry, else build. Reports where it came from."""
     target = choose_target(settings, target_name, toolkit_provider)
     start = time.monotonic()
-    spec = kernel_library_spec(get_target(target))
+    spec = kernel_library_spec(get_target(target), csrc)
     entry = aot.find_entry(settings.aot_dir, spec) if settings.aot_dir else None
     if entry is not None:
         origin, directory, manifest, build_s = "aot", entry.directory, entry.manifest, 0.0
@@ -169,11 +172,14 @@ def open_kernels(
 
 
 def load_kernels(
-    settings: Settings, target_name: str | None = None, toolkit_provider: ToolkitProvider = find_toolkit
+    settings: Settings,
+    target_name: str | None = None,
+    toolkit_provider: ToolkitProvider = find_toolkit,
+    csrc: Path | None = None,
 ) -> Kernels:
     """The kernel library for ``target_name`` (default: KDACTL_CUDA_ARCH, else the current CUDA
     device's target), loaded once per process per settings and target."""
-    key = (settings.cache_dir, settings.aot_dir, settings.nvcc, settings.cuda_arch)
+    key = (settings.cache_dir, settings.aot_dir, settings.nvcc, settings.cuda_arch, csrc)
     return _load_cached(key, target_name, toolkit_provider, _Carry(settings))
 
 
@@ -192,7 +198,7 @@ class _Carry:
 
 @functools.lru_cache(maxsize=16)
 def _load_cached(key: tuple, target_name: str | None, provider: ToolkitProvider, settings: _Carry) -> Kernels:
-    return open_kernels(settings.value, target_name, provider)
+    return open_kernels(settings.value, target_name, provider, key[-1])
 
 
 def clear_loaded() -> None:

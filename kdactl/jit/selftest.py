@@ -85,6 +85,8 @@ def run_selftest(kernels: "Kernels", device: int = 0, n: int = DEFAULT_N, seed: 
     """Launch kdactl_selftest on torch's current stream of ``device`` and check every value."""
     import torch
 
+    from kdactl.jit.library import KernelError
+
     start = time.monotonic()
     with torch.cuda.device(device):
         kernels.check_device()
@@ -94,7 +96,10 @@ def run_selftest(kernels: "Kernels", device: int = 0, n: int = DEFAULT_N, seed: 
             ctypes.c_void_p(out.data_ptr()), n, seed & MASK, ctypes.c_void_p(stream.cuda_stream)
         )
         kernels.check(rc, "kdactl_selftest")
-        stream.synchronize()
+        try:
+            stream.synchronize()
+        except RuntimeError as err:  # a trap or fault inside the kernel surfaces here
+            raise KernelError(f"kdactl_selftest kernel failed on cuda:{device}: {err}".splitlines()[0], -1) from None
         actual = out.cpu().tolist()
     mismatches, first = compare(actual, expected_values(n, seed))
     return SelftestResult(device, n, seed & MASK, mismatches, first, time.monotonic() - start)
