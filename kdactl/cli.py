@@ -59,5 +59,35 @@ def build(
     _run(as_json, lambda s: build_command(s, targets=target, aot_dir=aot))
 
 
+
+@app.command()
+def bench(
+    suite: Optional[str] = typer.Option(None, "--suite", help="smoke | small-bh | serving | all (default smoke when no --shape/--varlen)."),
+    shape: Optional[list[str]] = typer.Option(None, "--shape", help="B,T,H[,K,V] (repeatable; K = V = 128 by default)."),
+    varlen: Optional[list[str]] = typer.Option(None, "--varlen", help="L1,L2,... sequence lengths of one varlen batch (repeatable; needs --heads)."),
+    heads: Optional[int] = typer.Option(None, "--heads", help="Heads for --varlen."),
+    routes: Optional[str] = typer.Option(None, "--routes", help="Comma list of auto,direct,chunk,small_bh (default: auto and every route built)."),
+    peers: str = typer.Option("fla", "--peers", help="fla (chunk_kda with FLA_FLASH_KDA=0, fused_recurrent_kda) or none."),
+    iters: int = typer.Option(24, "--iters", help="Timed iterations per candidate and shape."),
+    warmup: int = typer.Option(3, "--warmup", help="Untimed calls per candidate first (fla autotunes on the first)."),
+    markdown: Optional[str] = typer.Option(None, "--markdown", help="Write a markdown table to FILE ('-': stdout, instead of the table)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write a bar chart to FILE.png (needs matplotlib)."),
+    gate: bool = typer.Option(False, "--gate", help="Exit 1 when a shape is clearly slower than its SKU baseline."),
+    record_baseline: bool = typer.Option(False, "--record-baseline", help="Write this run's medians into the SKU baseline."),
+    baseline: Optional[Path] = typer.Option(None, "--baseline", help="Baseline file (default fleet/baselines/<SKU>.toml)."),
+    tolerance: Optional[float] = typer.Option(None, "--tolerance", help="Tolerance stored by --record-baseline (default 0.10)."),
+    device: int = typer.Option(0, "--device", help="CUDA device index."),
+    timer: str = typer.Option("auto", "--timer", help="auto (CUPTI when cupti-python is installed) or cuda-events."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Time KDA prefill routes against each other and against fla: cold L2, ABBA order, checked first."""
+    from kdactl.bench import BenchOptions, run_bench
+
+    opts = BenchOptions(suite=suite, shapes=tuple(shape or ()), varlens=tuple(varlen or ()), heads=heads,
+                        routes=routes, peers=peers, iters=iters, warmup=warmup, gate=gate,
+                        record_baseline=record_baseline, baseline=baseline, tolerance=tolerance,
+                        markdown=markdown, plot=plot, device=device, timer=timer, as_json=as_json)  # fmt: skip
+    _run(as_json, lambda s: run_bench(s, opts))
+
 def main() -> None:
     app()

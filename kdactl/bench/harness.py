@@ -1,0 +1,117 @@
+"""The real Harness: one CUDA device through torch, the L2 flusher, the timer, and the candidates.
+
+Creating it is where the bench meets the node: no CUDA GPU, or a kernel library that cannot be
+built or loaded, ends here as Inconclusive (exit 3) with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+from typing import Any, Callable, Sequence
+
+from kdactl.bench.model import Candidate
+from kdactl.bench.suites import Shape
+from kdactl.errors import Inconclusive, NoGpu
+
+log = logging.getLogger("kdactl.bench")
+
+
+def _torch():
+    try:
+        import torch
+    except Exception as err:  # noqa: BLE001
+        raise NoGpu(f"no CUDA GPU: torch does not import ({type(err).__name__}: {err})") from None
+    return torch
+
+
+class TorchHarness:
+    def __init__(self, device_index: int = 0, timer: str = "auto"):
+        torch = _torch()
+        if not torch.cuda.is_available():
+            raise NoGpu(f"no CUDA GPU: torch {torch.__version__} sees no CUDA device")
+        if not 0 <= device_index < torch.cuda.device_count():
+            raise Inconclusive(f"no CUDA GPU at index {device_index} (torch sees {torch.cuda.device_count()})")
+        from kdactl.bench.timing import L2Flusher, make_timer
+
+        self.device = torch.device("cuda", device_index)
+        torch.cuda.set_device(self.device)
+        torch.set_grad_enabled(False)  # inference, as when serving (fla picks its backend on this)
+        self.props = torch.cuda.get_device_properties(self.device)
+        self._check_library()
+        self.flusher = L2Flusher(self.device, getattr(self.props, "L2_cache_size", None))
+        self.timer, self.timer_note = make_timer(self.device, timer)
+        self._inputs: dict[str, Any] | None = None
+        log.info("bench on %s (cc %d.%d, %d SMs), timer %s (%s), L2 flush %d MiB", self.props.name,
+                 self.props.major, self.props.minor, self.props.multi_processor_count, self.timer.name,
+                 self.timer_note, self.flusher.nbytes >> 20)  # fmt: skip
+
+    def _check_library(self) -> None:
+        from kdactl.kda.op import device_info
+
+        try:
+            device_info(self.device.index)  # builds or loads the kernel library once
+        except Inconclusive:
+            raise
+        except Exception as err:  # noqa: BLE001
+            raise Inconclusive(f"kernel library unavailable: {type(err).__name__}: {err}") from None
+
+    def sku(self) -> str:
+        from kdactl.node import classify_sku
+
+        p = self.props
+        return classify_sku(p.name, (p.major, p.minor), p.multi_processor_count)
+
+    def info(self) -> dict[str, Any]:
+        import torch
+
+        p = self.props
+        return {
+            "gpu": p.name, "device_index": self.device.index, "cc": f"{p.major}.{p.minor}",
+            "sm_count": p.multi_processor_count, "sku": self.sku(), "l2_bytes": getattr(p, "L2_cache_size", None),
+            "timer": self.timer.name, "timer_note": self.timer_note, "flush_bytes": self.flusher.nbytes,
+            "torch": torch.__version__, "torch_cuda": torch.version.cuda, "fla": _fla_version(),
+            "fla_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("FLA_")},
+            "kernel_target": _target(self.device.index), "host": platform.node(),
+        }  # fmt: skip
+
+    def candidates(self, shape: Shape, routes: Sequence[str], peers: Sequence[str]) -> list[Candidate]:
+        from kdactl.bench.candidates import make_inputs, own_candidates, peer_candidates, reference
+
+        self.release()
+        self._inputs = make_inputs(shape, self.device)
+        log.info("%s: computing the fp32 reference", shape.label)
+        self._ref = ref = reference(self._inputs)
+        return own_candidates(self._inputs, ref, routes, self.device) + peer_candidates(self._inputs, ref, peers)
+
+    def flush(self) -> None:
+        self.flusher()
+
+    def time_ms(self, fn: Callable[[], Any]) -> float:
+        return self.timer.time_ms(fn)
+
+    def release(self) -> None:
+        import torch
+
+        self._inputs, self._ref = None, None
+        torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()
+
+
+def _fla_version() -> str | None:
+    try:
+        from kdactl.bench.candidates import load_fla
+
+        return load_fla()[1]
+    except Exception:  # noqa: BLE001 - reported as absent
+        return None
+
+
+def _target(index: int) -> str | None:
+    try:
+        from kdactl.kda.op import device_info
+
+        return device_info(index).target
+    except Exception:  # noqa: BLE001
+        return None

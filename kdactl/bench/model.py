@@ -1,0 +1,102 @@
+"""The plain data a benchmark run passes around, and the Harness protocol that hides the GPU.
+
+Everything that touches torch or CUDA sits behind ``Harness`` (real adapter: harness.py), so the
+runner, statistics, gate and reports are tested on the CPU with a fake harness.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Protocol, Sequence
+
+from kdactl.bench.stats import Summary
+from kdactl.bench.suites import Shape
+
+ERROR_LIMIT = 5e-3  # SPEC: error ratio rms(ref - x) / rms(ref) for o and the final state
+
+# Candidate kinds: "auto" and "route" are kdactl's own kernels (their failure is evidence against the
+# node); "peer" is another library, timed for comparison only.
+OWN_KINDS = ("auto", "route")
+
+# Outcome statuses.
+OK, FAILED, ERROR, REJECTED, UNAVAILABLE = "ok", "failed", "error", "rejected", "unavailable"
+
+
+@dataclass(frozen=True)
+class Check:
+    """A candidate's output against the reference, before it is timed."""
+
+    o_err: float
+    state_err: float
+    limit: float = ERROR_LIMIT
+
+    @property
+    def ok(self) -> bool:
+        return self.o_err <= self.limit and self.state_err <= self.limit  # NaN/inf fail
+
+    def to_json(self) -> dict:
+        return {"ok": self.ok, "o_err": self.o_err, "state_err": self.state_err, "limit": self.limit}
+
+
+@dataclass
+class Candidate:
+    """One thing to time on one shape. ``run`` makes one call on inputs the harness prepared;
+    ``check`` runs it once against the reference. A candidate with a ``reason`` cannot run here."""
+
+    name: str
+    kind: str  # "auto" | "route" | "peer"
+    run: Optional[Callable[[], Any]] = None
+    check: Optional[Callable[[], Check]] = None
+    reason: Optional[str] = None
+    reason_status: str = REJECTED  # REJECTED (ineligible) or UNAVAILABLE (not installed) when reason is set
+    note: str = ""  # e.g. "auto -> direct"
+
+
+@dataclass
+class Outcome:
+    name: str
+    kind: str
+    status: str
+    reason: Optional[str] = None
+    note: str = ""
+    check: Optional[Check] = None
+    summary: Optional[Summary] = None
+    blocks: list[list[float]] = field(default_factory=list)
+
+    @property
+    def own(self) -> bool:
+        return self.kind in OWN_KINDS
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "status": self.status, "reason": self.reason,
+                "note": self.note, "check": self.check.to_json() if self.check else None,
+                "timing": self.summary.to_json() if self.summary else None,
+                "blocks_ms": self.blocks}  # fmt: skip
+
+
+@dataclass
+class ShapeRun:
+    shape: Shape
+    outcomes: list[Outcome] = field(default_factory=list)
+    error: Optional[str] = None  # the shape could not be set up (inputs, reference)
+
+    def outcome(self, name: str) -> Optional[Outcome]:
+        return next((o for o in self.outcomes if o.name == name), None)
+
+    def median(self, name: str) -> Optional[float]:
+        o = self.outcome(name)
+        return o.summary.median_ms if o is not None and o.status == OK and o.summary else None
+
+
+class Harness(Protocol):
+    """The GPU side of a run: device facts, candidates on prepared inputs, the L2 flush, the timer."""
+
+    def info(self) -> dict[str, Any]: ...  # gpu, sku, versions, timer, flush_bytes, ...
+
+    def candidates(self, shape: Shape, routes: Sequence[str], peers: Sequence[str]) -> list[Candidate]: ...
+
+    def flush(self) -> None: ...  # evict L2; runs before the timed span
+
+    def time_ms(self, fn: Callable[[], Any]) -> float: ...  # one call, in ms
+
+    def release(self) -> None: ...  # drop the shape's tensors

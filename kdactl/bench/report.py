@@ -1,0 +1,167 @@
+"""The bench report: verdict, terminal table, JSON, markdown and a PNG plot.
+
+Tables have a row per shape with each candidate's median (ms) and its ratio to ``auto``
+(candidate / auto: above 1 means auto is faster), and a geomean row. A candidate that did not run
+shows why: ``—`` for a route that rejects the shape, ``FAILED`` for a wrong result, ``ERROR`` for a
+crash, ``n/a`` for a peer that is not installed; the reasons are listed under the table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from rich.console import Console
+from rich.table import Table
+
+from kdactl.bench import baseline as bl
+from kdactl.bench.model import ERROR, FAILED, OK, REJECTED, UNAVAILABLE, ShapeRun
+from kdactl.bench.order import Plan
+from kdactl.bench.stats import geomean
+from kdactl.errors import EXIT_INCONCLUSIVE, EXIT_NOT_CERTIFIED, EXIT_PASS
+
+MARK = {REJECTED: "—", FAILED: "FAILED", ERROR: "ERROR", UNAVAILABLE: "n/a"}
+SCHEMA = "kdactl.bench/v1"
+
+
+def verdict(runs: list[ShapeRun], gate_rows: list[bl.GateRow], gating: bool) -> tuple[int, list[str]]:
+    """1: one of kdactl's own kernels gave a wrong result, or a clear regression; 3: something that
+    should have been measured was not; 0 otherwise. Peers never change the exit code."""
+    wrong, missing = [], []
+    for r in runs:
+        if r.error:
+            missing.append(f"{r.shape.label}: {r.error}")
+        for o in r.outcomes:
+            if o.own and o.status == FAILED:
+                wrong.append(f"{r.shape.label} {o.name}: {o.reason}")
+            elif o.own and o.status == ERROR:
+                missing.append(f"{r.shape.label} {o.name}: {o.reason}")
+    wrong += [f"{g.label}: regression: {g.message}" for g in gate_rows if g.status == bl.REGRESSED]
+    if gating:
+        missing += [f"{g.label}: {g.message}" for g in gate_rows if g.status in (bl.NOT_MEASURED, bl.NO_BASELINE)]
+    if not any(o.status == OK and o.own for r in runs for o in r.outcomes):
+        missing.append("no kdactl kernel was measured")
+    if wrong:
+        return EXIT_NOT_CERTIFIED, wrong + missing
+    return (EXIT_INCONCLUSIVE, missing) if missing else (EXIT_PASS, [])
+
+
+def columns(runs: list[ShapeRun]) -> list[str]:
+    """Candidate names in first-seen order, auto first."""
+    names: dict[str, None] = {}
+    for r in runs:
+        for o in r.outcomes:
+            names.setdefault(o.name)
+    return sorted(names, key=lambda n: n != "auto")
+
+
+def cell(run: ShapeRun, name: str) -> str:
+    o = run.outcome(name)
+    if o is None:
+        return "" if not run.error else "ERROR"
+    if o.status != OK or o.summary is None:
+        return MARK.get(o.status, o.status)
+    ms, auto = o.summary.median_ms, run.median("auto")
+    return f"{ms:.3f}" if name == "auto" or auto is None else f"{ms:.3f} ({ms / auto:.2f}x)"
+
+
+def geomeans(runs: list[ShapeRun]) -> dict[str, dict[str, Any]]:
+    """Per candidate: geomean ms over the shapes it ran, and geomean ratio to auto where both ran."""
+    out = {}
+    for name in columns(runs):
+        ms = [m for r in runs if (m := r.median(name)) is not None]
+        ratios = [m / a for r in runs if (m := r.median(name)) is not None and (a := r.median("auto"))]
+        out[name] = {"ms": geomean(ms), "ratio_vs_auto": geomean(ratios), "shapes": len(ms)}
+    return out
+
+
+def _geo_cell(g: dict[str, Any], name: str, nshapes: int) -> str:
+    if g["ms"] is None:
+        return "—"
+    text = f"{g['ms']:.3f}"
+    if name != "auto" and g["ratio_vs_auto"] is not None:
+        text += f" ({g['ratio_vs_auto']:.2f}x)"
+    return text + (f" [{g['shapes']}/{nshapes}]" if g["shapes"] != nshapes else "")
+
+
+@dataclass
+class BenchReport:
+    info: dict[str, Any]
+    plan: Plan
+    warmup: int
+    runs: list[ShapeRun]
+    gate_rows: list[bl.GateRow]
+    exit_code: int
+    reasons: list[str]
+    baseline_path: Optional[Path] = None
+    notes: list[str] = field(default_factory=list)
+    markdown_stdout: bool = False
+
+    def method(self) -> str:
+        i = self.info
+        return (f"GPU {i.get('gpu')} (sku {i.get('sku')}, target {i.get('kernel_target')}); timer {i.get('timer')}"
+                f" ({i.get('timer_note')}); cold L2: {int(i.get('flush_bytes') or 0) >> 20} MiB zeroed before every "
+                f"iteration, outside the timed span; {self.warmup} warmup calls; {self.plan.iterations} timed "
+                f"iterations per candidate in {2 * self.plan.rounds} ABBA blocks of {self.plan.block_size}; "
+                f"median of block medians; torch {i.get('torch')}, fla {i.get('fla')}")  # fmt: skip
+
+    def rows(self) -> tuple[list[str], list[list[str]]]:
+        names = columns(self.runs)
+        body = [[r.shape.label] + [cell(r, n) for n in names] for r in self.runs]
+        g = geomeans(self.runs)
+        body.append(["geomean"] + [_geo_cell(g[n], n, len(self.runs)) for n in names])
+        return ["shape"] + [f"{n} ms" for n in names], body
+
+    def problems(self) -> list[str]:
+        out = [f"{r.shape.label}: {r.error}" for r in self.runs if r.error]
+        out += [f"{r.shape.label} {o.name} [{o.status}]: {o.reason}" for r in self.runs for o in r.outcomes if o.status != OK]
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA, "exit_code": self.exit_code, "reasons": self.reasons, "info": self.info,
+            "method": {**self.plan.to_json(), "warmup": self.warmup, "statistic": "median of block medians",
+                       "ratio": "candidate median / auto median (>1: auto faster)"},
+            "shapes": [{"shape": r.shape.to_json(), "error": r.error, "candidates": [o.to_json() for o in r.outcomes]}
+                       for r in self.runs],
+            "geomean": geomeans(self.runs),
+            "gate": {"baseline": str(self.baseline_path) if self.baseline_path else None,
+                     "rows": [g.to_json() for g in self.gate_rows]} if self.gate_rows else None,
+            "notes": self.notes,
+        }  # fmt: skip
+
+    def render(self, console: Console) -> None:
+        if self.markdown_stdout:
+            console.print(self.markdown(), markup=False, highlight=False)
+            return
+        head, body = self.rows()
+        table = Table(title="kdactl bench (median ms; (x) = candidate / auto, >1: auto faster)")
+        for h in head:
+            table.add_column(h, justify="left" if h == "shape" else "right")
+        for i, row in enumerate(body):
+            table.add_row(*row, end_section=i == len(body) - 2)
+        console.print(table)
+        console.print(self.method(), markup=False)
+        for line in self.problems():
+            console.print(f"  {line}", markup=False)
+        for g in self.gate_rows:
+            console.print(f"gate {g.label}: {g.status}: {g.message}", markup=False)
+        for n in self.notes:
+            console.print(n, markup=False)
+        word = {EXIT_PASS: "pass", EXIT_NOT_CERTIFIED: "FAIL", EXIT_INCONCLUSIVE: "INCONCLUSIVE"}[self.exit_code]
+        console.print(f"bench: {word}" + (": " + "; ".join(self.reasons) if self.reasons else ""), markup=False)
+
+    def markdown(self) -> str:
+        head, body = self.rows()
+        lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+        lines += ["| " + " | ".join(row) + " |" for row in body]
+        lines += ["", f"Method: {self.method()}.", "", "(x) = candidate median / auto median; above 1, auto is faster."]
+        lines += [f"- {p}" for p in self.problems()]
+        lines += [f"- gate {g.label}: **{g.status}**: {g.message}" for g in self.gate_rows]
+        return "\n".join(lines) + "\n"
+
+    def plot(self, path: Path) -> None:
+        from kdactl.bench.plot import plot_runs
+
+        plot_runs(self.runs, columns(self.runs), path, title=f"KDA prefill on {self.info.get('gpu')} (cold L2)")
