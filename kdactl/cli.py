@@ -59,7 +59,6 @@ def build(
     _run(as_json, lambda s: build_command(s, targets=target, aot_dir=aot))
 
 
-
 @app.command()
 def bench(
     suite: Optional[str] = typer.Option(None, "--suite", help="smoke | small-bh | serving | all (default smoke when no --shape/--varlen)."),

@@ -94,13 +94,14 @@ def _checker(call, ref):
     return check
 
 
-def own_candidates(inputs, ref, routes: Sequence[str], device) -> list[Candidate]:
+def own_candidates(inputs, ref, routes: Sequence[str] | None, device) -> list[Candidate]:
     """``auto`` and the requested routes (all of ROUTES by default), each with preallocated outputs
     (poisoned with NaN before the check, so an unwritten element fails it) and its own workspace."""
     from kdactl.kda import ROUTES, KdaWorkspace, decide_route, eligibility, prefill, validate
     from kdactl.kda.op import device_info
 
     x = inputs
+    routes = ("auto", *ROUTES) if routes is None else routes
     problem = validate(x["q"], x["k"], x["v"], x["g"], x["beta"], None, None, x["cu_seqlens"])
     dev = device_info(device.index or 0)
     verdicts = eligibility(problem, dev)

@@ -93,7 +93,8 @@ class Harness(Protocol):
 
     def info(self) -> dict[str, Any]: ...  # gpu, sku, versions, timer, flush_bytes, ...
 
-    def candidates(self, shape: Shape, routes: Sequence[str], peers: Sequence[str]) -> list[Candidate]: ...
+    def candidates(self, shape: Shape, routes: Sequence[str] | None, peers: Sequence[str]) -> list[Candidate]: ...
+    # routes None: auto and every route of this build
 
     def flush(self) -> None: ...  # evict L2; runs before the timed span
 

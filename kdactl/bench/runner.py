@@ -106,7 +106,7 @@ def _default_harness(o: BenchOptions) -> Harness:
     return TorchHarness(o.device, o.timer)
 
 
-def run_bench(settings: Settings, options: BenchOptions, harness_factory: Callable[[BenchOptions], Harness] = _default_harness,
+def run_bench(settings: Settings, options: BenchOptions, harness_factory: Callable[[BenchOptions], Harness] | None = None,
               progress: Progress | None = None) -> BenchReport:  # fmt: skip
     """The bench command: the report carries the exit code."""
     req = check_options(options)
@@ -114,7 +114,7 @@ def run_bench(settings: Settings, options: BenchOptions, harness_factory: Callab
     runs: list[ShapeRun] = []
     harness = None
     try:
-        harness = harness_factory(options)  # NoGpu / Inconclusive end the command here
+        harness = (harness_factory or _default_harness)(options)  # NoGpu / Inconclusive end the command here
         info = harness.info()
         path, old = _baseline_for(options, info)
         prog.start(len(req.shapes))

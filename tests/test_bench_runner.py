@@ -1,0 +1,143 @@
+import pytest
+
+from kdactl.bench import baseline as bl
+from kdactl.bench.model import ERROR, FAILED, OK, REJECTED, UNAVAILABLE
+from kdactl.bench.progress import NullProgress
+from kdactl.bench.runner import BenchOptions, check_options, run_bench
+from kdactl.errors import Inconclusive, UsageError
+from kdactl.settings import Settings
+from tests.bench_fakes import FakeHarness
+
+SETTINGS = Settings.from_env({"HOME": "/nonexistent"})
+ONE = ("1,64,2",)
+
+
+def bench(h: FakeHarness, **kw):
+    kw.setdefault("shapes", ONE)
+    kw.setdefault("iters", 4)
+    kw.setdefault("warmup", 2)
+    return run_bench(SETTINGS, BenchOptions(**kw), harness_factory=lambda o: h, progress=NullProgress())
+
+
+def test_abba_interleaving_and_flush_before_every_timed_call():
+    h = FakeHarness()
+    r = bench(h, iters=4)  # 2 rounds of blocks of 1
+    assert h.timed_order() == ["auto", "direct", "fla.chunk_kda", "fla.chunk_kda", "direct", "auto"] * 2
+    timed = [i for i, e in enumerate(h.events) if e.startswith("call:")][-12:]
+    assert all(h.events[i - 1] == "flush" for i in timed)  # the flush precedes each timed call
+    assert r.exit_code == 0 and h.released == 1
+
+
+def test_warmup_runs_before_timing():
+    h = FakeHarness()
+    bench(h, warmup=3)
+    first_flush = h.events.index("flush")
+    warm = [e for e in h.events[:first_flush] if e.startswith("call:")]
+    # one call per check, then three warmup calls each
+    assert warm.count("call:auto") == 4 and warm.count("call:fla.chunk_kda") == 4
+
+
+def test_median_of_block_medians_reaches_the_report():
+    h = FakeHarness(times={"auto": 1.0, "direct": 1.0}, jitter=lambda n, i: 5.0 if (n, i) == ("auto", 0) else 0.0)
+    r = bench(h, iters=8, peers="none")
+    auto = r.runs[0].outcome("auto")
+    assert auto.summary.median_ms == 1.0 and auto.summary.max_ms == 6.0 and auto.summary.samples == 8
+
+
+def test_wrong_own_kernel_is_failed_not_timed_and_exits_1():
+    h = FakeHarness(wrong={"direct"})
+    r = bench(h)
+    o = r.runs[0].outcome("direct")
+    assert o.status == FAILED and o.summary is None and "wrong result" in o.reason
+    assert "direct" not in h.timed_order()
+    assert r.exit_code == 1 and any("direct" in x for x in r.reasons)
+
+
+def test_wrong_peer_is_reported_but_not_evidence_against_the_node():
+    h = FakeHarness(wrong={"fla.chunk_kda"})
+    r = bench(h)
+    assert r.runs[0].outcome("fla.chunk_kda").status == FAILED
+    assert "fla.chunk_kda" not in h.timed_order()
+    assert r.exit_code == 0
+    assert any("fla.chunk_kda [failed]" in p for p in r.problems())
+
+
+@pytest.mark.parametrize("where", ["check", "warmup", "time"])
+def test_crash_of_own_kernel_is_inconclusive(where):
+    h = FakeHarness(raising={"direct": where})
+    r = bench(h)
+    o = r.runs[0].outcome("direct")
+    assert o.status == ERROR and o.summary is None
+    assert {"check": "check raised", "warmup": "warmup raised", "time": "timing raised"}[where] in o.reason
+    assert r.exit_code == 3
+    assert r.runs[0].outcome("auto").status == OK  # the others still ran
+
+
+def test_rejected_and_unavailable_are_shown_with_reasons():
+    h = FakeHarness(rejected={"chunk": "T < 64"}, unavailable={"fla.chunk_kda"})
+    r = bench(h, routes="auto,direct,chunk")
+    run = r.runs[0]
+    assert run.outcome("chunk").status == REJECTED and run.outcome("chunk").reason == "T < 64"
+    assert run.outcome("fla.chunk_kda").status == UNAVAILABLE
+    assert r.exit_code == 0
+
+
+def test_shape_setup_error_is_inconclusive():
+    r = bench(FakeHarness(setup_error="out of memory"))
+    assert r.runs[0].error and "out of memory" in r.runs[0].error
+    assert r.exit_code == 3
+
+
+def test_gate_against_a_baseline_made_2x_faster_fails(tmp_path):
+    path = tmp_path / "H200.toml"
+    r = bench(FakeHarness(), record_baseline=True, baseline=path)
+    assert r.exit_code == 0 and path.is_file()
+    recorded = bl.load(path)
+    label = r.runs[0].shape.label
+    assert recorded.shapes[label].median_ms == 1.0 and recorded.sku == "H200"
+    assert bench(FakeHarness(), gate=True, baseline=path).exit_code == 0
+    faster = bl.Baseline("H200", recorded.tolerance, {label: bl.Entry(0.5)}, recorded.meta)
+    bl.save(path, faster)
+    r = bench(FakeHarness(), gate=True, baseline=path)
+    assert r.exit_code == 1 and r.gate_rows[0].status == bl.REGRESSED
+
+
+def test_gate_without_baseline_is_inconclusive(tmp_path):
+    with pytest.raises(Inconclusive, match="no baseline"):
+        bench(FakeHarness(), gate=True, baseline=tmp_path / "missing.toml")
+    with pytest.raises(Inconclusive, match="unknown"):
+        bench(FakeHarness(sku="unknown"), gate=True)
+
+
+def test_gate_on_a_shape_without_baseline_entry_is_inconclusive(tmp_path):
+    path = tmp_path / "b.toml"
+    bl.save(path, bl.Baseline("H200", 0.1, {"B9-T9-H9-D128": bl.Entry(1.0)}))
+    assert bench(FakeHarness(), gate=True, baseline=path).exit_code == 3
+
+
+def test_failed_run_does_not_overwrite_baseline(tmp_path):
+    path = tmp_path / "b.toml"
+    r = bench(FakeHarness(wrong={"auto"}), record_baseline=True, baseline=path)
+    assert r.exit_code == 1 and not path.exists()
+    assert any("NOT written" in n for n in r.notes)
+
+
+def test_default_baseline_path_is_per_sku(tmp_path, monkeypatch):
+    monkeypatch.setattr(bl, "default_path", lambda sku: tmp_path / f"{sku}.toml")
+    bench(FakeHarness(sku="B200"), record_baseline=True)
+    assert (tmp_path / "B200.toml").is_file()
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(routes="auto,bogus"), "--routes"),
+    (dict(peers="triton"), "--peers"),
+    (dict(iters=1), "--iters"),
+    (dict(warmup=0), "--warmup"),
+    (dict(gate=True, routes="direct"), "auto"),
+    (dict(markdown="-", as_json=True), "stdout"),
+    (dict(plot="x.svg"), "png"),
+    (dict(timer="tsc"), "--timer"),
+])  # fmt: skip
+def test_usage_errors_come_before_the_gpu(kw, match):
+    with pytest.raises(UsageError, match=match):
+        check_options(BenchOptions(shapes=ONE, **kw))

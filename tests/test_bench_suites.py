@@ -1,0 +1,56 @@
+import pytest
+
+from kdactl.bench.suites import SUITES, parse_shape, parse_varlen, resolve_shapes, suite_shapes
+from kdactl.errors import UsageError
+
+
+def test_suites_match_the_issue():
+    assert [s.label for s in SUITES["small-bh"]] == [
+        "B1-T65536-H8-D128", "B1-T65536-H4-D128", "B1-T131072-H1-D128", "B1-T1048576-H1-D128"]  # fmt: skip
+    serving = [s.label for s in SUITES["serving"]]
+    assert serving[:4] == ["B1-T8192-H64-D128", "B1-T8192-H96-D128", "B2-T16384-H64-D128", "B8-T4096-H12-D128"]
+    assert serving[4] == "varlen(1300,547,2048,963,271,3063)-H96-D128"
+    v = SUITES["serving"][4]
+    assert v.batch == 1 and v.seqlen == sum(v.seqlens) and v.varlen
+    assert len(suite_shapes("all")) == sum(len(s) for s in SUITES.values())
+
+
+def test_smoke_is_small():
+    assert all(s.tokens * s.heads <= 1 << 16 for s in SUITES["smoke"])
+    assert any(s.varlen for s in SUITES["smoke"])
+
+
+def test_parse_shape():
+    s = parse_shape("2,1024,16")
+    assert (s.batch, s.seqlen, s.heads, s.key_dim, s.value_dim) == (2, 1024, 16, 128, 128)
+    assert parse_shape("1, 64, 2, 64, 128").label == "B1-T64-H2-K64-V128"
+
+
+@pytest.mark.parametrize("bad", ["1,2", "1,2,3,4", "a,b,c", "0,10,1", ""])
+def test_parse_shape_rejects(bad):
+    with pytest.raises(UsageError, match="--shape"):
+        parse_shape(bad)
+
+
+def test_parse_varlen():
+    s = parse_varlen("17,0,300", 4)
+    assert s.seqlens == (17, 0, 300) and s.seqlen == 317 and s.heads == 4
+    with pytest.raises(UsageError, match="--heads"):
+        parse_varlen("17,300", None)
+    with pytest.raises(UsageError, match="--varlen"):
+        parse_varlen("0,0", 4)
+    with pytest.raises(UsageError, match="--varlen"):
+        parse_varlen("-1,3", 4)
+
+
+def test_resolve_defaults_and_dedupes():
+    assert resolve_shapes(None) == list(SUITES["smoke"])
+    only = resolve_shapes(None, shapes=["1,4096,8"])
+    assert [s.label for s in only] == ["B1-T4096-H8-D128"]
+    both = resolve_shapes("smoke", shapes=["1,4096,8"], varlens=["5,6"], heads=2)
+    assert len(both) == len(SUITES["smoke"]) + 1  # 1,4096,8 is already in smoke
+    assert both[-1].label == "varlen(5,6)-H2-D128"
+    with pytest.raises(UsageError, match="--suite"):
+        resolve_shapes("nope")
+    with pytest.raises(UsageError, match="--heads"):
+        resolve_shapes(None, shapes=["1,8,1"], heads=3)
