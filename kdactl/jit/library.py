@@ -67,6 +67,7 @@ SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "kdactl_error_string": ([ctypes.c_int], ctypes.c_char_p),
     "kdactl_check_device": ([], ctypes.c_int),
     "kdactl_selftest": ([ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p], ctypes.c_int),
+    "kdactl_stream_capture_id": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_ulonglong)], ctypes.c_int),
     "kdactl_kda_direct": _KDA_ROUTE_SIGNATURE,
 }
 
@@ -104,6 +105,12 @@ class Kernels:
 
     def check_device(self) -> None:
         self.check(self.lib.kdactl_check_device(), "kdactl_check_device")
+
+    def capture_id(self, stream: int) -> int:
+        """The id of the CUDA graph capture under way on ``stream`` (0 when not capturing)."""
+        out = ctypes.c_ulonglong(0)
+        self.check(self.lib.kdactl_stream_capture_id(ctypes.c_void_p(stream), ctypes.byref(out)), "capture id")
+        return out.value
 
     def kda_route(self, route: str) -> Any:
         """The ctypes function for kdactl_kda_<route>; BuildError when the library lacks it."""

@@ -15,9 +15,6 @@ import torch
 from kdactl.kda.problem import KdaProblem
 from kdactl.kda.routes import DeviceInfo, decide_route
 
-_ENTRY_POINTS = {"direct": "kdactl_kda_direct"}
-
-
 @functools.lru_cache(maxsize=None)
 def kernels():
     """The kernel library for this process, built or loaded once (first call only touches disk)."""
@@ -85,7 +82,7 @@ def kda_prefill_(
     args = _args(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, tuning, problem)
     stream = torch.cuda.current_stream(q.device).cuda_stream
     with torch.cuda.device(q.device):
-        rc = getattr(lib.cdll, _ENTRY_POINTS[route])(ctypes.byref(args), ctypes.c_void_p(stream))
+        rc = lib.kda_route(route)(ctypes.byref(args), ctypes.c_void_p(stream))
     lib.check(rc, f"KDA prefill route {route!r}")
 
 
