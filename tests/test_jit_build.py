@@ -159,9 +159,10 @@ def test_first_errors_picks_compiler_errors():
 # --- the lock ------------------------------------------------------------------------------------
 
 _HOLDER = """
-import sys, time, filelock
-lock = filelock.FileLock(sys.argv[1], fallback_to_soft=False)
-lock.acquire()
+import sys, time
+from pathlib import Path
+from kdactl.jit.build import _locked
+held = _locked(Path(sys.argv[1]), 5.0).__enter__()
 print("held", flush=True)
 time.sleep(600)
 """

@@ -103,7 +103,10 @@ class _locked:
 
     def __init__(self, path: Path, timeout: float) -> None:
         self.path, self.timeout = path, timeout
-        self.lock = filelock.FileLock(str(path), timeout=timeout, fallback_to_soft=False, mode=0o600)
+        try:  # filelock >= 4 can fall back to a soft lock, which a killed holder leaves behind
+            self.lock = filelock.FileLock(str(path), timeout=timeout, mode=0o600, fallback_to_soft=False)
+        except TypeError:  # filelock 3.x: always flock on Unix
+            self.lock = filelock.FileLock(str(path), timeout=timeout)
 
     def __enter__(self) -> "_locked":
         try:
