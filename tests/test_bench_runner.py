@@ -141,3 +141,14 @@ def test_default_baseline_path_is_per_sku(tmp_path, monkeypatch):
 def test_usage_errors_come_before_the_gpu(kw, match):
     with pytest.raises(UsageError, match=match):
         check_options(BenchOptions(shapes=ONE, **kw))
+
+
+def test_json_keeps_stdout_clean(capsys):
+    class Chatty(FakeHarness):
+        def candidates(self, shape, routes, peers):
+            print("autotuning...")  # a library printing during the run
+            return super().candidates(shape, routes, peers)
+
+    bench(Chatty(), as_json=True)
+    out = capsys.readouterr()
+    assert out.out == "" and "autotuning" in out.err

@@ -74,6 +74,7 @@ class TorchHarness:
             "torch": torch.__version__, "torch_cuda": torch.version.cuda, "fla": _fla_version(),
             "fla_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("FLA_")},
             "kernel_target": _target(self.device.index), "host": platform.node(),
+            "grad_mode": "torch.set_grad_enabled(False): inference, as when serving",
         }  # fmt: skip
 
     def candidates(self, shape: Shape, routes: Sequence[str], peers: Sequence[str]) -> list[Candidate]:

@@ -7,8 +7,10 @@ tests drive this module with a fake one.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -113,14 +115,17 @@ def run_bench(settings: Settings, options: BenchOptions, harness_factory: Callab
     prog = progress or make_progress(options.as_json)
     runs: list[ShapeRun] = []
     harness = None
+    # Under --json nothing but the one document may reach stdout: a library's print goes to stderr.
+    guard = contextlib.redirect_stdout(sys.stderr) if options.as_json else contextlib.nullcontext()
     try:
-        harness = (harness_factory or _default_harness)(options)  # NoGpu / Inconclusive end the command here
-        info = harness.info()
-        path, old = _baseline_for(options, info)
-        prog.start(len(req.shapes))
-        for shape in req.shapes:
-            runs.append(run_shape(harness, shape, req, prog))
-            prog.advance()
+        with guard:
+            harness = (harness_factory or _default_harness)(options)  # NoGpu / Inconclusive end it here
+            info = harness.info()
+            path, old = _baseline_for(options, info)
+            prog.start(len(req.shapes))
+            for shape in req.shapes:
+                runs.append(run_shape(harness, shape, req, prog))
+                prog.advance()
     finally:
         prog.close()
         if harness is not None:
