@@ -1,0 +1,60 @@
+"""Check results and the SPEC verdict: plain data and pure functions shared by checks, sanitize,
+bench's gate and certify."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Optional
+
+from kdactl.errors import EXIT_INCONCLUSIVE, EXIT_NOT_CERTIFIED, EXIT_PASS
+
+STATUSES = ("pass", "fail", "warn", "skip", "error")
+VERDICT_EXIT = {"certified": EXIT_PASS, "not_certified": EXIT_NOT_CERTIFIED, "inconclusive": EXIT_INCONCLUSIVE}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    check: str  # e.g. "route_smoke[direct-B1-T4096-H8]", "sanitize.memcheck"
+    status: str  # pass | fail | warn | skip | error
+    message: str = ""
+    duration_s: float = 0.0
+    gpu: Optional[int] = None  # GPU index; None for node-level checks
+    required: bool = True  # a required check that did not pass makes the node not certified
+    perf: dict[str, Any] = field(default_factory=dict)  # measured, baseline, threshold, unit
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"CheckResult.status must be one of {STATUSES}, got {self.status!r}")
+        if self.status == "skip" and not self.message:
+            raise ValueError(f"CheckResult {self.check!r}: a skip needs a reason")
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        perf = out.pop("perf")
+        out.update(perf)
+        return out
+
+
+def verdict(results: Iterable[CheckResult], required: Iterable[str] = (), fail_on_warn: bool = False) -> tuple[str, str]:
+    """(verdict, reason). Any fail -> not_certified; else any error, or a required check missing or
+    skipped -> inconclusive; else certified. ``warn`` fails only with ``fail_on_warn``."""
+    results = list(results)
+    failed = [r for r in results if r.status == "fail" or (fail_on_warn and r.status == "warn")]
+    if failed:
+        return "not_certified", "; ".join(f"{_where(r)}: {r.message or r.status}" for r in failed)
+    errors = [r for r in results if r.status == "error"]
+    ran = {r.check for r in results if r.status in ("pass", "warn")}
+    missing = [name for name in required if name not in ran]
+    skipped_required = [r for r in results if r.status == "skip" and r.required]
+    if errors or missing or skipped_required:
+        parts = [f"{_where(r)}: {r.message or 'error'}" for r in errors]
+        parts += [f"{name}: required check did not run" for name in missing]
+        parts += [f"{_where(r)}: required check skipped ({r.message})" for r in skipped_required]
+        return "inconclusive", "; ".join(parts)
+    if not results:
+        return "inconclusive", "no checks ran"
+    return "certified", f"{len(results)} checks, none failed"
+
+
+def _where(r: CheckResult) -> str:
+    return r.check if r.gpu is None else f"gpu{r.gpu}:{r.check}"
