@@ -150,7 +150,9 @@ class BenchReport:
         for n in self.notes:
             console.print(n, markup=False)
         word = {EXIT_PASS: "pass", EXIT_NOT_CERTIFIED: "FAIL", EXIT_INCONCLUSIVE: "INCONCLUSIVE"}[self.exit_code]
-        console.print(f"bench: {word}" + (": " + "; ".join(self.reasons) if self.reasons else ""), markup=False)
+        peers_wrong = sum(o.status == FAILED and not o.own for r in self.runs for o in r.outcomes)
+        tail = f" ({peers_wrong} peer result(s) wrong, listed above; peers do not change the exit code)" if peers_wrong else ""
+        console.print(f"bench: {word}" + (": " + "; ".join(self.reasons) if self.reasons else "") + tail, markup=False)
 
     def markdown(self) -> str:
         head, body = self.rows()
