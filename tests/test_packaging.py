@@ -1,0 +1,32 @@
+"""Packaging: every subpackage ships, and the asset folders are found from a checkout."""
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from kdactl import assets
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_subpackage_is_listed_in_pyproject():
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "kdactl").rglob("__init__.py")}
+    assert found - listed == set(), f"add to [tool.setuptools] packages: {sorted(found - listed)}"
+
+
+def test_assets_found_in_checkout():
+    assert (assets.csrc_dir() / "kdactl_api.h").is_file()
+    assert assets.checks_dir().is_dir() and assets.fleet_dir().is_dir()
+
+
+def test_import_kdactl_is_light():
+    code = "import sys, kdactl; print(any(m == 'torch' or m.startswith('torch.') for m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_python_m_kdactl_help():
+    proc = subprocess.run([sys.executable, "-m", "kdactl", "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "detect" in proc.stdout
