@@ -15,6 +15,8 @@ from kdactl.targets import Target
 
 LIBRARY_NAME = "kdactl"
 SO_NAME = "libkdactl.so"
+FAULTS_NAME = "kdactl_faults"  # the sanitizer's positive controls: a library of their own
+FAULTS_DIR = "faults"  # csrc/faults/: never part of the kernel library or its cache key
 
 _HEADER_SUFFIXES = frozenset({".cuh", ".h", ".hpp", ".inc", ".cu"})
 
@@ -91,9 +93,34 @@ def kernel_library_spec(target: Target, csrc: Path | None = None) -> JitSpec:
     sources = tuple(sorted(p for p in root.glob("*.cu") if p.is_file()))
     if not sources:
         raise BuildError(f"no *.cu kernel sources in {root}")
-    headers = tuple(sorted(p for p in root.rglob("*") if p.suffix in _HEADER_SUFFIXES and p.is_file() and p not in sources))
+    headers = tuple(sorted(p for p in root.rglob("*") if p.suffix in _HEADER_SUFFIXES and p.is_file()
+                           and p not in sources and FAULTS_DIR not in p.relative_to(root).parts))
     return JitSpec(
         name=LIBRARY_NAME,
+        target=target,
+        root=root,
+        sources=sources,
+        headers=headers,
+        cflags=(target.gencode, f"-D{target.define}", *COMMON_CFLAGS),
+        ldflags=LDFLAGS,
+        include_dirs=(root,),
+    )
+
+
+def faults_library_spec(target: Target, csrc: Path | None = None) -> JitSpec:
+    """The positive-control kernels (csrc/faults/*.cu), deliberately faulty, built by the same builder
+    into a separate small library so that they never ship inside the kernel library."""
+    if csrc is None:
+        from kdactl.assets import csrc_dir
+
+        csrc = csrc_dir()
+    root = Path(csrc).resolve() / FAULTS_DIR
+    sources = tuple(sorted(p for p in root.glob("*.cu") if p.is_file()))
+    if not sources:
+        raise BuildError(f"no *.cu positive-control sources in {root}")
+    headers = tuple(sorted(p for p in root.rglob("*") if p.suffix in _HEADER_SUFFIXES and p.is_file() and p not in sources))
+    return JitSpec(
+        name=FAULTS_NAME,
         target=target,
         root=root,
         sources=sources,

@@ -1,0 +1,82 @@
+"""The compute-sanitizer payload: a smoke of every eligible route (fixed and varlen, with and
+without state) and of the device self-test, each checked against its reference.
+
+Run by kdactl.sanitize as ``compute-sanitizer --tool T ... python payload.py [--faults-lib SO]``.
+Prints ``KDACTL-PAYLOAD-OK routes=<routes> kernels=<launches>`` only at the very end, when every
+launch ran and matched; ``KDACTL-PAYLOAD-FAIL <why>`` (exit 1) when a result was wrong; and
+``KDACTL-PAYLOAD-ERROR <why>`` (exit 3) when it could not finish. Problems are tiny and the fp64
+reference runs on the CPU, because every device access is instrumented here.
+Under KDACTL_FAULT=sanitizer it also launches the planted out-of-bounds write (memcheck must fail).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+OK, FAIL, ERROR = "KDACTL-PAYLOAD-OK", "KDACTL-PAYLOAD-FAIL", "KDACTL-PAYLOAD-ERROR"
+SELFTEST_N = 4097  # a partial last block, small enough for racecheck
+
+
+def run(faults_lib: str | None) -> int:
+    import torch
+
+    from kdactl import faults
+    from kdactl.jit.selftest import run_selftest
+    from kdactl.kda import ROUTES
+    from kdactl.kda.op import device_info, kernels
+    from kdactl.smoke import PAYLOAD_ROWS, ineligible_reason, run_smoke
+
+    if not torch.cuda.is_available():
+        print(f"{ERROR} no CUDA GPU visible", flush=True)
+        return 3
+    device = torch.device("cuda", torch.cuda.current_device())
+    lib, info = kernels(), device_info(device)
+    wrong: list[str] = []
+    selftest = run_selftest(lib, device.index, n=SELFTEST_N)
+    launches, ran = 1, []
+    if not selftest.passed:
+        wrong.append(f"self-test: {selftest.mismatches} values wrong, first {selftest.first_mismatch}")
+    for row in PAYLOAD_ROWS:
+        for route in ROUTES:
+            for varlen in (False, True):
+                for state in (False, True):
+                    if ineligible_reason(route, row, varlen, info) is not None:
+                        continue
+                    result = run_smoke(route, row, varlen, state, device, ref_device="cpu")
+                    launches += 1
+                    ran.append(route)
+                    if not result.ok:
+                        wrong.append(f"{row.name} {'varlen' if varlen else 'fixed'} state={state}: {result.describe()}")
+    if faults.wants_sanitizer_fault():
+        from kdactl.jit.faultlib import run_fault
+
+        if not faults_lib:
+            print(f"{ERROR} KDACTL_FAULT=sanitizer needs --faults-lib", flush=True)
+            return 3
+        run_fault(faults_lib, "oob")  # planted: memcheck must report it
+        launches += 1
+    if wrong:
+        print(f"{FAIL} " + "; ".join(wrong), flush=True)
+        return 1
+    missing = [r for r in ROUTES if r not in ran]
+    if missing:
+        print(f"{ERROR} routes never eligible on the payload's problems: {', '.join(missing)}", flush=True)
+        return 3
+    print(f"{OK} routes={','.join(dict.fromkeys(ran))} kernels={launches}", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--faults-lib", default=None, help="libkdactl_faults.so (for KDACTL_FAULT=sanitizer)")
+    args = parser.parse_args(argv)
+    try:
+        return run(args.faults_lib)
+    except Exception as err:  # noqa: BLE001 - any failure is "could not finish", never the sentinel
+        print(f"{ERROR} {type(err).__name__}: {' '.join(str(err).split())[:400]}", flush=True)
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""CUDA graphs: capture with a caller-owned workspace, change the inputs in place, fill the outputs
+with NaN, replay several times, equal to eager; a workspace used from a second stream or reused by a
+second capture is refused with a ValueError that says so."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kdactl.kda import KdaWorkspace, prefill
+from kdactl.smoke import SmokeRow, make_inputs
+
+pytestmark = pytest.mark.gpu
+ROW = SmokeRow("decode_like", 1, 157, 4, (60, 0, 97))  # captured varlen, with an empty sequence
+SMALL = SmokeRow("decode_like", 1, 64, 2, (64,))
+REPLAYS = 3
+
+
+@pytest.mark.quick
+def test_capture_replay_equals_eager(device):
+    x, s0, cu = make_inputs(ROW, True, True, device, seed=4)
+    o = torch.empty_like(x["v"])
+    s = torch.empty_like(s0)
+    ws = KdaWorkspace(device)
+    call = dict(initial_state=s0, output_final_state=True, cu_seqlens=cu, out=(o, s), workspace=ws)
+    prefill(**x, **call)  # warm up: sizes the workspace, loads the library
+    torch.cuda.synchronize(device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        prefill(**x, **call)
+    for seed in range(5, 5 + REPLAYS):
+        fresh, s_fresh, _ = make_inputs(ROW, True, True, device, seed=seed)
+        for name, t in fresh.items():
+            x[name].copy_(t)
+        s0.copy_(s_fresh)
+        o.fill_(float("nan"))
+        s.fill_(float("nan"))
+        graph.replay()
+        o_eager, s_eager = prefill(**x, initial_state=s0, output_final_state=True, cu_seqlens=cu)
+        torch.cuda.synchronize(device)
+        assert torch.isfinite(o.float()).all() and torch.isfinite(s).all(), f"replay {seed}: NaN left in the outputs"
+        assert torch.equal(o, o_eager) and torch.equal(s, s_eager), f"replay {seed}: differs from eager"
+
+
+def test_workspace_refuses_second_stream(device):
+    x, _, _ = make_inputs(SMALL, False, False, device, seed=1)
+    ws = KdaWorkspace(device)
+    prefill(**x, workspace=ws)
+    other = torch.cuda.Stream(device)
+    other.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(other), pytest.raises(ValueError, match="workspace is bound to stream"):
+        prefill(**x, workspace=ws)
+    torch.cuda.synchronize(device)
+
+
+def test_workspace_refuses_second_capture(device):
+    x, _, _ = make_inputs(SMALL, False, False, device, seed=2)
+    ws = KdaWorkspace(device)
+    o = torch.empty_like(x["v"])
+    prefill(**x, workspace=KdaWorkspace(device), out=o)  # warm up with another workspace
+    torch.cuda.synchronize(device)
+    first, second = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(first):
+        prefill(**x, workspace=ws, out=o)
+    with pytest.raises(ValueError, match="owned by graph capture"):
+        with torch.cuda.graph(second):
+            prefill(**x, workspace=ws, out=o)
+    torch.cuda.synchronize(device)

@@ -1,0 +1,44 @@
+"""Route smokes: for each row of the route-boundary table (kdactl.smoke.SUITE_ROWS), the selector
+picks the route the SKU matrix (fleet/skus.toml) expects for the row's shape class, and every route
+in ROUTES that is eligible runs the row fixed and varlen, with and without an initial state, with a
+finite output within the SPEC error ratio of the fp64 reference. Routes join by being in ROUTES."""
+
+from __future__ import annotations
+
+import pytest
+
+from kdactl.kda import ROUTES, select_route
+from kdactl.smoke import SUITE_ROWS, ineligible_reason, problem_of, run_smoke
+
+pytestmark = pytest.mark.gpu
+QUICK_ROWS = {SUITE_ROWS[0].name}
+
+
+def _mark(row, *rest):
+    marks = [pytest.mark.quick] if row.name in QUICK_ROWS else []
+    return pytest.param(row, *rest, marks=marks, id="-".join([row.name, *map(str, rest)]))
+
+
+@pytest.mark.quick
+@pytest.mark.parametrize("row", SUITE_ROWS, ids=lambda r: r.name)
+def test_route_selection(row, device_info, gpu_sku):
+    sku, spec = gpu_sku
+    if spec is None:
+        pytest.skip(f"SKU {sku!r} is not in fleet/skus.toml: no expected route for {row.shape_class}")
+    expected = spec.routes[row.shape_class]
+    picked = select_route(problem_of(row, varlen=False), device_info)
+    assert picked == expected, f"selector picked {picked!r} for {row.name}, fleet/skus.toml expects {expected!r} on {sku}"
+
+
+@pytest.mark.parametrize(
+    "row,route,layout,state",
+    [_mark(row, route, layout, state) for row in SUITE_ROWS for route in ROUTES
+     for layout in ("fixed", "varlen") for state in ("nostate", "state")],
+)  # fmt: skip
+def test_route_smoke(row, route, layout, state, device, device_info):
+    varlen = layout == "varlen"
+    reason = ineligible_reason(route, row, varlen, device_info)
+    if reason is not None:
+        pytest.skip(f"route {route} not eligible for {row.name} {layout}: {reason}")
+    result = run_smoke(route, row, varlen, state == "state", device, ref_device="cuda", seed=len(row.name))
+    assert result.ok, f"{row.name} {layout} {state}: {result.describe()}"

@@ -1,0 +1,113 @@
+"""Route smokes shared by the validation suite (checks/) and the sanitizer payload: small KDA
+problems, run on a named route and held to the fp64 reference (SPEC error ratio <= 5e-3).
+
+A row names a shape class of the SKU matrix (fleet/skus.toml) and a problem well inside it; the
+suite asserts the selector's pick for the row and runs every route in ROUTES that is eligible, so
+routes that land later join without a change here. Imports torch: use only where a GPU is expected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from kdactl.faults import perturb_output
+from kdactl.kda import KdaProblem, eligibility, prefill
+from kdactl.kda.routes import DeviceInfo
+from kdactl.reference import error_ratio, kda_recurrent
+
+TOL = 5e-3
+HEAD_DIM = 128  # K = V = 128, the size every route must support
+
+
+@dataclass(frozen=True)
+class SmokeRow:
+    shape_class: str  # a SHAPE_CLASSES entry of kdactl.skus
+    batch: int
+    seqlen: int
+    heads: int
+    lengths: tuple[int, ...]  # the varlen variant: sequence lengths of one packed batch
+
+    @property
+    def name(self) -> str:
+        return f"{self.shape_class}-B{self.batch}-T{self.seqlen}-H{self.heads}"
+
+
+# The suite's route-boundary table: one row well inside each shape class, plus decode's edges.
+SUITE_ROWS: tuple[SmokeRow, ...] = (
+    SmokeRow("decode_like", 4, 32, 8, (32, 7, 0, 25)),
+    SmokeRow("decode_like", 2, 1, 4, (1, 1)),
+    SmokeRow("decode_like", 2, 64, 4, (64, 63, 1)),
+    SmokeRow("serving", 2, 256, 32, (256, 100, 156)),
+    SmokeRow("small_bh", 1, 1024, 2, (700, 324)),
+)
+# The sanitizer payload's problems: tiny, because every access is instrumented there.
+PAYLOAD_ROWS: tuple[SmokeRow, ...] = (
+    SmokeRow("decode_like", 2, 16, 2, (9, 0, 7)),
+    SmokeRow("small_bh", 1, 96, 1, (64, 32)),
+)
+
+
+def problem_of(row: SmokeRow, varlen: bool) -> KdaProblem:
+    """The problem facts of a row's fixed or varlen variant (fp32 g and beta)."""
+    if varlen:
+        return KdaProblem(1, sum(row.lengths), row.heads, HEAD_DIM, HEAD_DIM, len(row.lengths), True, False, False)
+    return KdaProblem(row.batch, row.seqlen, row.heads, HEAD_DIM, HEAD_DIM, row.batch, False, False, False)
+
+
+def ineligible_reason(route: str, row: SmokeRow, varlen: bool, device: DeviceInfo) -> str | None:
+    """None when ``route`` can run the variant, else the selector's reason."""
+    return eligibility(problem_of(row, varlen), device).get(route, f"route {route!r} is not in ROUTES")
+
+
+def make_inputs(row: SmokeRow, varlen: bool, with_state: bool, device: torch.device, seed: int = 0):
+    """(inputs dict, initial state or None, cu_seqlens or None): normalized k, decaying g."""
+    B, T = (1, sum(row.lengths)) if varlen else (row.batch, row.seqlen)
+    H, D = row.heads, HEAD_DIM
+    n = len(row.lengths) if varlen else B
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, T, H, D, generator=gen)
+    k = F.normalize(torch.randn(B, T, H, D, generator=gen), dim=-1)
+    v = torch.randn(B, T, H, D, generator=gen)
+    g = -torch.rand(B, T, H, D, generator=gen)
+    beta = torch.rand(B, T, H, generator=gen).sigmoid()
+    s0 = torch.randn(n, H, D, D, generator=gen) * 0.5 if with_state else None
+    bf16 = lambda x: x.to(device=device, dtype=torch.bfloat16)  # noqa: E731
+    x = dict(q=bf16(q), k=bf16(k), v=bf16(v), g=g.to(device), beta=beta.to(device))
+    cu = None
+    if varlen:
+        bounds = [0]
+        for length in row.lengths:
+            bounds.append(bounds[-1] + length)
+        cu = torch.tensor(bounds, dtype=torch.int32, device=device)
+    return x, (None if s0 is None else s0.to(device)), cu
+
+
+@dataclass(frozen=True)
+class SmokeResult:
+    route: str
+    err_o: float
+    err_state: float
+
+    @property
+    def ok(self) -> bool:
+        return self.err_o <= TOL and self.err_state <= TOL
+
+    def describe(self) -> str:
+        verdict = "within" if self.ok else "OUTSIDE"
+        return (f"route {self.route}: error ratio o={self.err_o:.2e} state={self.err_state:.2e} "
+                f"({verdict} the tolerance {TOL:g})")  # fmt: skip
+
+
+def run_smoke(route: str, row: SmokeRow, varlen: bool, with_state: bool, device: torch.device,
+              ref_device: str = "cuda", seed: int = 0) -> SmokeResult:  # fmt: skip
+    """Run ``route`` on the variant and compare o and the final state with the fp64 reference.
+    Under KDACTL_FAULT=wrong-result:<route> the output is perturbed first (kdactl.faults)."""
+    x, s0, cu = make_inputs(row, varlen, with_state, device, seed)
+    o, state = prefill(**x, initial_state=s0, output_final_state=True, cu_seqlens=cu, route=route)
+    torch.cuda.synchronize(device)
+    o = perturb_output(route, o)
+    o_ref, s_ref = kda_recurrent(**x, initial_state=s0, cu_seqlens=cu, device=ref_device)
+    return SmokeResult(route, error_ratio(o_ref, o), error_ratio(s_ref, state))

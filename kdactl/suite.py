@@ -1,0 +1,153 @@
+"""Run the validation suite (checks/) on one GPU in a pytest subprocess and turn its JUnit report
+into CheckResults.
+
+The suite never passes on missing evidence: a timeout, a crash, a missing or unreadable report, a
+run with no tests, or a run where every check skipped (no GPU) is an ``error`` result (inconclusive).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Mapping
+
+from kdactl.proc import ProcessRunner, ProcResult, run_process
+from kdactl.results import CheckResult
+
+DEFAULT_TIMEOUT_S = 120.0
+QUICK_MARKER = "quick"
+SUITE_CHECK = "suite"  # the name of the one result that speaks for the whole run
+_MESSAGE_CHARS = 400
+
+
+def suite_command(checks_dir: Path, junit: Path, quick: bool = False) -> list[str]:
+    cmd = [sys.executable, "-m", "pytest", str(checks_dir), "-q", "-p", "no:cacheprovider",
+           f"--junitxml={junit}", f"--rootdir={checks_dir}"]  # fmt: skip
+    return cmd + (["-m", QUICK_MARKER] if quick else [])
+
+
+def suite_env(gpu: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The child's environment: one visible GPU, and this kdactl importable."""
+    env = dict(os.environ if base is None else base)
+    env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    env["PYTHONUNBUFFERED"] = "1"
+    package_parent = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def run_suite(
+    gpu: int,
+    *,
+    quick: bool = False,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    checks_dir: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    runner: ProcessRunner = run_process,
+) -> list[CheckResult]:
+    """Run checks/ on GPU ``gpu`` (CUDA_VISIBLE_DEVICES) within ``timeout_s``; one result per check."""
+    if checks_dir is None:
+        from kdactl.assets import checks_dir as default_checks_dir
+
+        checks_dir = default_checks_dir()
+    with tempfile.TemporaryDirectory(prefix="kdactl-suite-") as tmp:
+        junit = Path(tmp) / "junit.xml"
+        proc = runner(suite_command(Path(checks_dir), junit, quick), env=suite_env(gpu, env),
+                      timeout_s=timeout_s, cwd=Path(checks_dir))  # fmt: skip
+        xml_text = junit.read_text(errors="replace") if junit.is_file() else None
+    return judge_run(proc, xml_text, gpu, timeout_s)
+
+
+def judge_run(proc: ProcResult, xml_text: str | None, gpu: int | None, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[CheckResult]:
+    """Pure: the child's outcome and its JUnit XML (None when missing) -> results."""
+    def whole(message: str) -> list[CheckResult]:
+        return [CheckResult(SUITE_CHECK, "error", _clip(message), proc.duration_s, gpu)]
+
+    if proc.start_error:
+        return whole(f"cannot start the validation suite: {proc.start_error}")
+    if proc.timed_out:
+        return whole(f"validation suite timed out after {timeout_s:g} s and was killed (a hung check?); "
+                     f"last output: {proc.tail()}")  # fmt: skip
+    if xml_text is None:
+        return whole(f"pytest exited {_rc(proc.returncode)} without a JUnit report (crashed?); last output: {proc.tail()}")
+    try:
+        results = parse_junit(xml_text, gpu)
+    except ValueError as err:
+        return whole(f"cannot read the suite's JUnit report: {err}")
+    return results + _run_problems(results, proc, gpu)
+
+
+def _run_problems(results: list[CheckResult], proc: ProcResult, gpu: int | None) -> list[CheckResult]:
+    """Whole-run errors that the per-check results do not already explain."""
+    if not results:
+        return [CheckResult(SUITE_CHECK, "error", _clip(f"the suite ran no checks (pytest exit {_rc(proc.returncode)}): "
+                                                        f"{proc.tail()}"), proc.duration_s, gpu)]  # fmt: skip
+    if all(r.status == "skip" for r in results):
+        reasons = sorted({r.message for r in results})
+        return [CheckResult(SUITE_CHECK, "error", _clip(f"no check ran, all {len(results)} skipped: {'; '.join(reasons)}"),
+                            proc.duration_s, gpu)]  # fmt: skip
+    judged = any(r.status in ("fail", "error") for r in results)
+    if proc.returncode not in (0, 1) or (proc.returncode == 1 and not judged):
+        return [CheckResult(SUITE_CHECK, "error", _clip(f"pytest exited {_rc(proc.returncode)}: {proc.tail()}"),
+                            proc.duration_s, gpu)]  # fmt: skip
+    return []
+
+
+def parse_junit(xml_text: str, gpu: int | None = None) -> list[CheckResult]:
+    """pytest's JUnit XML -> one CheckResult per testcase (ValueError when it is not JUnit XML).
+
+    passed -> pass; <failure> -> fail; <error> (setup/teardown/collection) -> error; <skipped> ->
+    skip with its reason, not required (a check that cannot apply, e.g. a route not eligible here).
+    A testcase with both a failure and an error is a fail: the failure is evidence."""
+    try:
+        root = ET.fromstring(xml_text)
+    except ET.ParseError as err:
+        raise ValueError(f"not XML: {err}") from None
+    if root.tag not in ("testsuites", "testsuite"):
+        raise ValueError(f"root element is <{root.tag}>, expected <testsuites> or <testsuite>")
+    return [_case(case, gpu) for case in root.iter("testcase")]
+
+
+def _case(case: ET.Element, gpu: int | None) -> CheckResult:
+    name = f"{SUITE_CHECK}.{_module(case.get('classname', ''))}::{case.get('name', '?')}"
+    try:
+        duration = float(case.get("time", "0") or 0)
+    except ValueError:
+        duration = 0.0
+    for tag, status in (("failure", "fail"), ("error", "error")):
+        found = case.find(tag)
+        if found is not None:
+            return CheckResult(name, status, _clip(_why(found) or tag), duration, gpu)
+    skipped = case.find("skipped")
+    if skipped is not None:
+        reason = _why(skipped).removeprefix("Skipped: ") or "skipped (no reason given)"
+        return CheckResult(name, "skip", _clip(reason), duration, gpu, required=False)
+    return CheckResult(name, "pass", "", duration, gpu)
+
+
+def _module(classname: str) -> str:
+    """'test_routes' or 'test_routes.TestX' (pytest's dotted path under rootdir) -> as is, minus 'checks.'."""
+    return classname.removeprefix("checks.") or "?"
+
+
+def _why(element: ET.Element) -> str:
+    message = (element.get("message") or "").strip()
+    if message:
+        return " ".join(message.split())
+    lines = [ln.strip() for ln in (element.text or "").splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("E ")]
+    return (errors or lines or [""])[0].removeprefix("E ").strip()
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MESSAGE_CHARS else text[: _MESSAGE_CHARS - 3] + "..."
+
+
+def _rc(returncode: int | None) -> str:
+    if returncode is None:
+        return "(no exit status)"
+    return f"{returncode} (killed by signal {-returncode})" if returncode < 0 else str(returncode)
