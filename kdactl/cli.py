@@ -88,5 +88,52 @@ def bench(
                         markdown=markdown, plot=plot, device=device, timer=timer, as_json=as_json)  # fmt: skip
     _run(as_json, lambda s: run_bench(s, opts))
 
+
+@app.command()
+def certify(
+    gpus: str = typer.Option("all", "--gpus", help="all, or a comma list of GPU indices (0,2)."),
+    expect_gpus: Optional[int] = typer.Option(None, "--expect-gpus", help="Fail the node unless it has exactly N GPUs."),
+    expect_sku: Optional[str] = typer.Option(None, "--expect-sku", help="Fail the node unless every GPU is this SKU (H200, B200, ...)."),
+    quick: bool = typer.Option(False, "--quick", help="Contracts, route smokes and memcheck only (no perf gate); writes cert-quick.json."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Certificate file (default <data dir>/cert.json, the one gate reads)."),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Also write JUnit XML here (one testcase per check per GPU)."),
+    prom: Optional[Path] = typer.Option(None, "--prom", help="Also write a node_exporter textfile-collector file here (.prom)."),
+    lifetime: float = typer.Option(7.0, "--lifetime", help="Days until the certificate expires."),
+    fail_on: Optional[str] = typer.Option(None, "--fail-on", help="'warn': a warning fails the node."),
+    key_file: Optional[Path] = typer.Option(None, "--key-file", help="HMAC key file to sign with (default: KDACTL_CERT_KEY)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Certify this node: detect, build/load, validation suite, sanitizers, perf gate; write the certificate."""
+    from kdactl.certify.command import CertifyOptions, certify_command
+
+    opts = CertifyOptions(gpus=gpus, expect_gpus=expect_gpus, expect_sku=expect_sku, quick=quick, out=out, junit=junit,
+                          prom=prom, lifetime_days=lifetime, fail_on=fail_on, key_file=key_file, as_json=as_json)  # fmt: skip
+    _run(as_json, lambda s: certify_command(s, opts))
+
+
+@app.command()
+def verify(
+    cert: Path = typer.Argument(..., help="The certificate (JSON) to check."),
+    key_file: Optional[Path] = typer.Option(None, "--key-file", help="HMAC key file (default: KDACTL_CERT_KEY); a signature is then required."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Check a certificate's digest, signature and expiry: 0 valid, 1 changed/expired/badly signed, 2 unreadable."""
+    from kdactl.certify.verify import verify_command
+
+    _run(as_json, lambda s: verify_command(s, cert, key_file))
+
+
+@app.command()
+def gate(
+    cert: Optional[Path] = typer.Option(None, "--cert", help="Certificate (default <data dir>/cert.json)."),
+    key_file: Optional[Path] = typer.Option(None, "--key-file", help="HMAC key file (default: KDACTL_CERT_KEY)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Fast pass/fail for Slurm and Kubernetes: the cached certificate and the node's fingerprint now."""
+    from kdactl.certify.gate import gate_command
+
+    _run(as_json, lambda s: gate_command(s, cert, key_file))
+
+
 def main() -> None:
     app()

@@ -1,0 +1,236 @@
+"""The certificate: schema ``kdactl.cert/v1``, canonical JSON, sha256 digest, optional HMAC-SHA256
+signature, atomic writes, and the checks ``kdactl verify`` and ``kdactl gate`` share.
+
+Canonical form: the document without its ``integrity`` field, as JSON with sorted keys, no
+whitespace, UTF-8. ``integrity.sha256`` is the hex sha256 of those bytes; ``integrity.signature``
+is HMAC-SHA256 over the same bytes with the configured key (KDACTL_CERT_KEY, or a key file).
+Ed25519 is not offered: ``cryptography`` is not on the GPU image.
+
+Stdlib only: gate.py imports this, and must start in well under a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Mapping
+
+from kdactl.errors import UsageError
+
+SCHEMA = "kdactl.cert/v1"
+VERDICTS = ("certified", "not_certified", "inconclusive")
+DEFAULT_LIFETIME_DAYS = 7.0
+CLOCK_SKEW = timedelta(minutes=5)  # issued_at may be this far in the future (clocks of two hosts)
+REQUIRED_FIELDS = ("schema", "verdict", "issued_at", "expires_at", "node", "versions", "gpus", "results", "integrity")
+KEY_ENV = "KDACTL_CERT_KEY"
+
+
+class CertUnreadable(UsageError):
+    """The certificate file cannot be read at all (missing, permissions): exit 2 in verify."""
+
+
+def canonical_bytes(doc: Mapping[str, Any]) -> bytes:
+    body = {k: v for k, v in doc.items() if k != "integrity"}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def digest(doc: Mapping[str, Any]) -> str:
+    return hashlib.sha256(canonical_bytes(doc)).hexdigest()
+
+
+def key_id(key: bytes) -> str:
+    """Names the key without revealing it: the first 16 hex of sha256(key)."""
+    return hashlib.sha256(key).hexdigest()[:16]
+
+
+def sign(doc: Mapping[str, Any], key: bytes) -> str:
+    return hmac.new(key, canonical_bytes(doc), hashlib.sha256).hexdigest()
+
+
+def seal(doc: dict[str, Any], key: bytes | None) -> dict[str, Any]:
+    """The document with its integrity field (digest always, signature when a key is given)."""
+    out = {k: v for k, v in doc.items() if k != "integrity"}
+    integrity: dict[str, Any] = {"algorithm": "sha256", "canonical": "json-sorted-keys-no-whitespace-utf8", "sha256": digest(out)}
+    integrity["signature"] = None if key is None else {"algorithm": "hmac-sha256", "key_id": key_id(key), "value": sign(out, key)}
+    out["integrity"] = integrity
+    return out
+
+
+def read_key(env: Mapping[str, str], key_file: Path | None) -> bytes | None:
+    """--key-file wins over KDACTL_CERT_KEY; None when neither is set. Trailing newlines are not key."""
+    if key_file is not None:
+        try:
+            key = Path(key_file).read_bytes().rstrip(b"\r\n")
+        except OSError as err:
+            raise UsageError(f"--key-file {key_file}: cannot read: {err.strerror}") from None
+        if not key:
+            raise UsageError(f"--key-file {key_file} is empty")
+        return key
+    value = env.get(KEY_ENV)
+    return value.encode() if value else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Times
+
+
+def now_utc() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def stamp(t: datetime) -> str:
+    return t.astimezone(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def parse_stamp(text: Any) -> datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else None
+
+
+def lifetime(days: float) -> timedelta:
+    if not (0 < days <= 366):
+        raise UsageError(f"--lifetime must be more than 0 and at most 366 days, got {days:g}")
+    return timedelta(days=days)
+
+
+# ---------------------------------------------------------------------------------------------
+# Files
+
+
+def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Temp file in the same directory, fsync, os.replace: readers see the old file or the new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse to fsync a directory; the rename is done either way
+    finally:
+        os.close(fd)
+
+
+def write_certificate(path: Path, doc: Mapping[str, Any]) -> None:
+    write_text_atomic(path, json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def read_certificate(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """(document, "") or (None, why it is not a certificate). CertUnreadable when the file cannot
+    be read at all; a corrupt file (one changed byte can break the JSON) is a bad certificate."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as err:
+        raise CertUnreadable(f"cannot read certificate {path}: {err.strerror or err}") from None
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        return None, f"{path} is not valid JSON ({err}): corrupt or tampered"
+    if not isinstance(doc, dict):
+        return None, f"{path} is not a JSON object"
+    return doc, ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks shared by verify and gate
+
+
+@dataclass
+class CertCheck:
+    """What verify found: each failure one line; notes do not fail."""
+
+    failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+def check_certificate(doc: Mapping[str, Any], key: bytes | None, now: datetime) -> CertCheck:
+    """Schema, digest, signature (required when a key is configured), issue and expiry times."""
+    out = CertCheck()
+    out.failures += check_schema(doc)
+    if out.failures:
+        return out
+    integrity = doc["integrity"]
+    actual = digest(doc)
+    if integrity.get("sha256") != actual:
+        out.failures.append(f"digest mismatch: certificate says sha256 {str(integrity.get('sha256'))[:16]}..., "
+                            f"content hashes to {actual[:16]}...: the certificate was changed after it was issued")  # fmt: skip
+    out.failures += _check_signature(doc, integrity.get("signature"), key, out.notes)
+    out.failures += check_times(doc, now)
+    return out
+
+
+def check_schema(doc: Mapping[str, Any]) -> list[str]:
+    if doc.get("schema") != SCHEMA:
+        return [f"schema is {doc.get('schema')!r}, expected {SCHEMA!r}"]
+    missing = [k for k in REQUIRED_FIELDS if k not in doc]
+    if missing:
+        return [f"certificate lacks {', '.join(missing)}"]
+    bad = []
+    if doc["verdict"] not in VERDICTS:
+        bad.append(f"verdict {doc['verdict']!r} is not one of {', '.join(VERDICTS)}")
+    if not isinstance(doc["integrity"], dict):
+        bad.append("integrity is not an object")
+    for name in ("gpus", "results"):
+        if not isinstance(doc[name], list):
+            bad.append(f"{name} is not a list")
+    return bad
+
+
+def _check_signature(doc: Mapping[str, Any], sig: Any, key: bytes | None, notes: list[str]) -> list[str]:
+    if sig is None:
+        if key is not None:
+            return ["certificate is not signed, but a key is configured (KDACTL_CERT_KEY / --key-file): signature required"]
+        notes.append("unsigned (no key configured): digest checked only")
+        return []
+    if not isinstance(sig, dict) or sig.get("algorithm") != "hmac-sha256" or not isinstance(sig.get("value"), str):
+        return [f"signature is not an hmac-sha256 signature: {sig!r}"[:200]]
+    if key is None:
+        notes.append(f"signed with key {sig.get('key_id')}, but no key is configured here: signature not checked")
+        return []
+    if not hmac.compare_digest(sig["value"], sign(doc, key)):
+        which = "" if sig.get("key_id") == key_id(key) else f" (signed with key {sig.get('key_id')}, configured key is {key_id(key)})"
+        return [f"signature mismatch{which}: the certificate was changed or signed with another key"]
+    return []
+
+
+def check_times(doc: Mapping[str, Any], now: datetime) -> list[str]:
+    issued, expires = parse_stamp(doc.get("issued_at")), parse_stamp(doc.get("expires_at"))
+    if issued is None or expires is None:
+        return [f"issued_at {doc.get('issued_at')!r} / expires_at {doc.get('expires_at')!r}: not ISO 8601 times with a zone"]
+    if issued > now + CLOCK_SKEW:
+        return [f"issued in the future: issued_at {stamp(issued)}, now {stamp(now)}"]
+    if expires <= now:
+        return [f"expired: expires_at {stamp(expires)}, now {stamp(now)} (re-run kdactl certify)"]
+    return []

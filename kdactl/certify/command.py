@@ -1,0 +1,212 @@
+"""``kdactl certify``: gather the node once, run every check (orchestrate), decide the verdict
+(kdactl.results.verdict), write the certificate, the JUnit and the textfile, and report.
+
+Where the certificate goes: ``--out``, else ``<data_dir>/cert.json`` (the one ``kdactl gate``
+reads). A ``--quick`` run writes ``<data_dir>/cert-quick.json`` instead, so that a quick check never
+replaces the full certificate the gate relies on.
+"""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import socket
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from rich.console import Console
+
+from kdactl import __version__
+from kdactl.certify import certificate as cert_mod
+from kdactl.certify import fingerprint as fp
+from kdactl.certify.orchestrate import (GpuJob, Progress, StageRunner, StderrProgress, SubprocessRunner, node_checks,
+                                        parse_gpus, run_gpus, select_gpus, target_checks)  # fmt: skip
+from kdactl.certify.outputs import render_summary, write_junit, write_prom
+from kdactl.certify.stages import Plan, default_plan
+from kdactl.errors import UsageError
+from kdactl.hw.driver import version_str
+from kdactl.results import VERDICT_EXIT, CheckResult, verdict
+from kdactl.settings import Settings
+
+
+@dataclass(frozen=True)
+class CertifyOptions:
+    gpus: str = "all"
+    expect_gpus: Optional[int] = None
+    expect_sku: Optional[str] = None
+    quick: bool = False
+    out: Optional[Path] = None
+    junit: Optional[Path] = None
+    prom: Optional[Path] = None
+    lifetime_days: float = cert_mod.DEFAULT_LIFETIME_DAYS
+    fail_on: Optional[str] = None  # "warn"
+    key_file: Optional[Path] = None
+    as_json: bool = False
+
+
+@dataclass
+class Deps:
+    """Everything certify reads from the world; tests replace any of them."""
+
+    gather: Callable[[Settings], Any] = None  # type: ignore[assignment]  # -> NodeFacts
+    runner: Optional[StageRunner] = None  # default: SubprocessRunner (one worker process per stage)
+    plan: Optional[Plan] = None  # default: stages.default_plan(quick)
+    progress: Optional[Progress] = None
+    now: Callable[[], datetime] = cert_mod.now_utc
+    hostname: Callable[[], str] = socket.gethostname
+    sanitizer_version: Callable[[Any], Optional[str]] = None  # type: ignore[assignment]
+    artifacts: Callable[[Settings, set[str]], tuple[dict, dict]] = fp.artifacts_for  # type: ignore[assignment]
+
+
+@dataclass
+class CertifyReport:
+    cert: dict[str, Any]
+    reason: str
+    paths: dict[str, Optional[str]]
+    exit_code: int
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"command": "certify", "verdict": self.cert["verdict"], "reason": self.reason,
+                "exit_code": self.exit_code, "files": self.paths, "certificate": self.cert}  # fmt: skip
+
+    def render(self, console: Console) -> None:
+        render_summary(console, self.cert, self.reason, self.paths)
+
+
+def check_options(o: CertifyOptions, settings: Settings) -> tuple[tuple[int, ...] | None, bytes | None]:
+    """Every usage error (exit 2) before the node is touched."""
+    picked = parse_gpus(o.gpus)
+    if o.expect_gpus is not None and o.expect_gpus < 1:
+        raise UsageError(f"--expect-gpus must be at least 1, got {o.expect_gpus}")
+    if o.fail_on not in (None, "warn"):
+        raise UsageError(f"--fail-on takes 'warn', got {o.fail_on!r}")
+    if o.expect_sku is not None:
+        _check_sku(o.expect_sku)
+    cert_mod.lifetime(o.lifetime_days)
+    return picked, cert_mod.read_key(settings.env, o.key_file)
+
+
+def _check_sku(sku: str) -> None:
+    from kdactl.node import _RULES
+
+    known = sorted({"H100-SXM", "H100-PCIe", *(r[0] for r in _RULES if r[0] != "H100")})
+    if sku not in known:
+        raise UsageError(f"--expect-sku {sku!r} is not a SKU kdactl knows ({', '.join(known)})")
+
+
+def certify_command(settings: Settings, o: CertifyOptions, deps: Deps | None = None) -> CertifyReport:
+    d = deps or Deps()
+    picked, key = check_options(o, settings)
+    facts = (d.gather or _gather)(settings)
+    gpus = select_gpus(facts.gpus, picked)
+    results = node_checks(facts, o.expect_gpus, o.expect_sku) + target_checks(gpus)
+    plan = d.plan or default_plan(o.quick)
+    jobs = [GpuJob(g.index, g.uuid, g.target, g.sku, o.quick, settings.env) for g in gpus if g.target]
+    out_path = Path(o.out) if o.out else settings.data_dir / ("cert-quick.json" if o.quick else "cert.json")
+    runner = d.runner or SubprocessRunner(_log_dir(settings, out_path))
+    results += run_gpus(jobs, plan, runner, d.progress or StderrProgress())
+    results += fault_guard(settings.env, results, o.fail_on == "warn")
+    name, reason = verdict(results, fail_on_warn=o.fail_on == "warn")
+    targets = {g.target for g in gpus if g.target}
+    artifacts, why_none = d.artifacts(settings, targets)
+    doc = build_document(facts, gpus, results, name, reason, o, d, artifacts, why_none)
+    doc["options"]["fault"] = settings.env.get("KDACTL_FAULT") or None
+    doc = cert_mod.seal(doc, key)
+    paths = _write_all(doc, out_path, o)
+    return CertifyReport(doc, reason, paths, VERDICT_EXIT[name])
+
+
+def _gather(settings: Settings) -> Any:
+    from kdactl.node import gather_node
+
+    return gather_node(settings)
+
+
+def _log_dir(settings: Settings, out_path: Path) -> Path:
+    """Worker logs beside the certificate (kept: the operator reads them when a check fails)."""
+    try:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix="certify-logs-", dir=out_path.parent))
+    except OSError:
+        return Path(tempfile.mkdtemp(prefix="kdactl-certify-logs-"))
+
+
+def build_document(facts: Any, gpus: tuple[Any, ...], results: list[CheckResult], name: str, reason: str,
+                   o: CertifyOptions, d: Deps, artifacts: dict, why_none: dict) -> dict[str, Any]:  # fmt: skip
+    issued = d.now()
+    tk = facts.toolkit
+    node_fp = fp.Fingerprint(tuple(g.uuid for g in facts.gpus), facts.driver_version, tk.version_str if tk else None, artifacts)
+    sanitizer = (d.sanitizer_version or sanitizer_version)(tk)
+    return {
+        "schema": cert_mod.SCHEMA,
+        "verdict": name,
+        "reason": reason,
+        "scope": "quick" if o.quick else "full",
+        "issued_at": cert_mod.stamp(issued),
+        "expires_at": cert_mod.stamp(issued + cert_mod.lifetime(o.lifetime_days)),
+        "node": {"hostname": d.hostname(), "host_arch": facts.host_arch or platform.machine(), "fingerprint": node_fp.to_json(),
+                 "gpus_on_node": len(facts.gpus), "error": facts.error, "warnings": list(facts.warnings)},  # fmt: skip
+        "options": {"gpus": o.gpus, "expect_gpus": o.expect_gpus, "expect_sku": o.expect_sku, "quick": o.quick,
+                    "fail_on": o.fail_on},  # fmt: skip
+        "versions": {"kdactl": __version__, "driver": facts.driver_version, "cuda_driver": version_str(facts.cuda_driver),
+                     "cuda_toolkit": tk.version_str if tk else None, "torch": facts.torch_version,
+                     "compute_sanitizer": sanitizer},  # fmt: skip
+        "gpus": [_gpu_doc(g, artifacts, why_none) for g in gpus],
+        "results": [_result_doc(r) for r in results],
+    }
+
+
+def fault_guard(env: Any, results: list[CheckResult], fail_on_warn: bool) -> list[CheckResult]:
+    """A run with KDACTL_FAULT set is a test of the pipeline: it must never end certified. If no
+    check caught the injected fault, say so (error: the run proves nothing about the node)."""
+    fault = env.get("KDACTL_FAULT")
+    if not fault or verdict(results, fail_on_warn=fail_on_warn)[0] != "certified":
+        return []
+    return [CheckResult("fault_injection", "error", f"KDACTL_FAULT={fault} was injected but no check caught it: "
+                        "the pipeline missed a planted fault")]  # fmt: skip
+
+
+def _gpu_doc(g: Any, artifacts: dict, why_none: dict) -> dict[str, Any]:
+    return {"index": g.index, "uuid": g.uuid, "name": g.name, "sku": g.sku, "cc": version_str(g.cc),
+            "sm_count": g.sm_count, "target": g.target, "artifact_sha256": artifacts.get(g.target),
+            **({"artifact_note": why_none[g.target]} if g.target in why_none else {})}  # fmt: skip
+
+
+def _result_doc(r: CheckResult) -> dict[str, Any]:
+    out = r.to_json()
+    out["duration_s"] = round(float(out.get("duration_s") or 0.0), 3)
+    return out
+
+
+def sanitizer_version(toolkit: Any) -> Optional[str]:
+    """compute-sanitizer's version (beside nvcc, else on PATH), or None when there is none."""
+    exe = None
+    if toolkit is not None:
+        beside = Path(toolkit.nvcc).parent / "compute-sanitizer"
+        exe = str(beside) if beside.is_file() else None
+    exe = exe or shutil.which("compute-sanitizer")
+    if exe is None:
+        return None
+    try:
+        proc = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = [ln.strip() for ln in proc.stdout.splitlines() if "Version" in ln or "version" in ln]
+    return lines[-1] if lines else None
+
+
+def _write_all(doc: dict[str, Any], out_path: Path, o: CertifyOptions) -> dict[str, Optional[str]]:
+    try:
+        cert_mod.write_certificate(out_path, doc)
+        if o.junit:
+            write_junit(o.junit, doc)
+        if o.prom:
+            write_prom(o.prom, doc)
+    except OSError as err:
+        raise UsageError(f"cannot write {err.filename or out_path}: {err.strerror or err}") from None
+    return {"certificate": str(out_path), "junit": str(o.junit) if o.junit else None, "prom": str(o.prom) if o.prom else None}

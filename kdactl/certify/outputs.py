@@ -1,0 +1,172 @@
+"""What a certification leaves behind besides the certificate: JUnit XML (one testcase per check
+per GPU), a node_exporter textfile-collector file, and the summary table."""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+from typing import Any, Iterable, Mapping
+
+from rich.console import Console
+from rich.table import Table
+
+from kdactl.certify.certificate import parse_stamp, write_text_atomic
+
+_STATUS_STYLE = {"pass": "green", "fail": "bold red", "error": "red", "warn": "yellow", "skip": "dim"}
+
+
+def _gpu_label(r: Mapping[str, Any], uuids: Mapping[int, str]) -> str:
+    gpu = r.get("gpu")
+    return "node" if gpu is None else f"gpu{gpu}"
+
+
+# ---------------------------------------------------------------------------------------------
+# JUnit
+
+
+def junit_xml(cert: Mapping[str, Any]) -> str:
+    """<testsuites> with one <testsuite> per GPU (and one for node-level checks); classname
+    ``kdactl.gpuN`` / ``kdactl.node``; fail -> <failure>, error -> <error>, skip -> <skipped>."""
+    uuids = {g["index"]: g.get("uuid", "") for g in cert.get("gpus", [])}
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for r in cert.get("results", []):
+        groups.setdefault(_gpu_label(r, uuids), []).append(r)
+    root = ET.Element("testsuites", name=f"kdactl certify {cert.get('node', {}).get('hostname', '')}".strip())
+    root.set("timestamp", str(cert.get("issued_at", "")))
+    for label, results in groups.items():
+        suite = ET.SubElement(root, "testsuite", name=label)
+        counts = {"tests": len(results), "failures": 0, "errors": 0, "skipped": 0}
+        total = 0.0
+        for r in results:
+            total += float(r.get("duration_s") or 0.0)
+            _testcase(suite, label, r, counts)
+        for k, v in counts.items():
+            suite.set(k, str(v))
+        suite.set("time", f"{total:.3f}")
+        if label.startswith("gpu"):
+            ET.SubElement(ET.SubElement(suite, "properties"), "property", name="gpu_uuid", value=uuids.get(int(label[3:]), ""))
+    _totals(root)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _testcase(suite: ET.Element, label: str, r: Mapping[str, Any], counts: dict[str, int]) -> None:
+    case = ET.SubElement(suite, "testcase", classname=f"kdactl.{label}", name=str(r["check"]),
+                         time=f"{float(r.get('duration_s') or 0.0):.3f}")  # fmt: skip
+    status, message = r["status"], str(r.get("message") or "")
+    if status == "fail":
+        counts["failures"] += 1
+        ET.SubElement(case, "failure", message=message[:500], type="fail").text = message
+    elif status == "error":
+        counts["errors"] += 1
+        ET.SubElement(case, "error", message=message[:500], type="error").text = message
+    elif status == "skip":
+        counts["skipped"] += 1
+        ET.SubElement(case, "skipped", message=message[:500])
+    elif message:
+        ET.SubElement(case, "system-out").text = f"{status}: {message}"
+
+
+def _totals(root: ET.Element) -> None:
+    for k in ("tests", "failures", "errors", "skipped"):
+        root.set(k, str(sum(int(s.get(k, "0")) for s in root)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Prometheus textfile collector
+
+
+def _esc(value: Any) -> str:
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(**kv: Any) -> str:
+    return "{" + ",".join(f'{k}="{_esc(v)}"' for k, v in kv.items()) + "}"
+
+
+def _num(x: float) -> str:
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "+Inf" if x > 0 else "-Inf"
+    return repr(float(x)) if not float(x).is_integer() else str(int(x))
+
+
+def prom_text(cert: Mapping[str, Any]) -> str:
+    """node_exporter textfile format: HELP and TYPE once per family, samples of a family together."""
+    node = cert.get("node", {}).get("hostname", "")
+    uuids = {g["index"]: g.get("uuid", "") for g in cert.get("gpus", [])}
+    families: list[tuple[str, str, list[tuple[str, float]]]] = []
+
+    def family(name: str, help_: str, samples: Iterable[tuple[str, float]]) -> None:
+        families.append((name, help_, list(samples)))
+
+    expires = parse_stamp(cert.get("expires_at"))
+    issued = parse_stamp(cert.get("issued_at"))
+    verdict = cert.get("verdict")
+    family("kdactl_certified", "1 when the node's last certificate says certified, else 0.",
+           [(_labels(node=node), 1.0 if verdict == "certified" else 0.0)])  # fmt: skip
+    family("kdactl_cert_verdict", "The last certificate's verdict (1 for the verdict it has).",
+           [(_labels(node=node, verdict=v), 1.0 if v == verdict else 0.0) for v in ("certified", "not_certified", "inconclusive")])  # fmt: skip
+    family("kdactl_cert_issued_timestamp_seconds", "When the last certificate was issued (Unix time).",
+           [(_labels(node=node), issued.timestamp() if issued else math.nan)])  # fmt: skip
+    family("kdactl_cert_expiry_timestamp_seconds", "When the last certificate expires (Unix time).",
+           [(_labels(node=node), expires.timestamp() if expires else math.nan)])  # fmt: skip
+    results = cert.get("results", [])
+    status, duration, perf = [], [], []
+    for r in results:
+        where = dict(node=node, check=r["check"], gpu_uuid=uuids.get(r.get("gpu"), "") if r.get("gpu") is not None else "")
+        status.append((_labels(**where, status=r["status"]), 1.0))
+        duration.append((_labels(**where), float(r.get("duration_s") or 0.0)))
+        if r.get("unit") == "ms" and isinstance(r.get("measured"), (int, float)):
+            perf.append((_labels(node=node, gpu_uuid=where["gpu_uuid"], shape=r.get("shape", r["check"])), float(r["measured"])))
+    family("kdactl_check_status", "1 for each check's status in the last certification (gpu_uuid empty: node-level).", status)
+    family("kdactl_check_duration_seconds", "How long each check took in the last certification.", duration)
+    family("kdactl_perf_measured_ms", "Median time of the auto route per gated shape (cold L2) in the last certification.", perf)
+    lines = []
+    for name, help_, samples in families:
+        lines += [f"# HELP {name} {help_}", f"# TYPE {name} gauge"]
+        lines += [f"{name}{labels} {_num(v)}" for labels, v in samples]
+    return "\n".join(lines) + "\n"
+
+
+def write_junit(path: Any, cert: Mapping[str, Any]) -> None:
+    write_text_atomic(path, junit_xml(cert))
+
+
+def write_prom(path: Any, cert: Mapping[str, Any]) -> None:
+    """Atomic, so the collector never reads half a file; node_exporter wants the .prom suffix."""
+    write_text_atomic(path, prom_text(cert))
+
+
+# ---------------------------------------------------------------------------------------------
+# Summary table
+
+
+def summary_table(cert: Mapping[str, Any], show_passes: bool = True) -> Table:
+    table = Table(title=f"kdactl certify: {cert.get('node', {}).get('hostname', '')}", show_lines=False)
+    for col in ("where", "check", "status", "s", "message"):
+        table.add_column(col, overflow="fold")
+    for r in cert.get("results", []):
+        if not show_passes and r["status"] == "pass":
+            continue
+        where = "node" if r.get("gpu") is None else f"gpu{r['gpu']}"
+        style = _STATUS_STYLE.get(r["status"], "")
+        table.add_row(where, str(r["check"]), f"[{style}]{r['status']}[/]", f"{float(r.get('duration_s') or 0):.1f}",
+                      _plain(str(r.get("message") or ""))[:300])  # fmt: skip
+    return table
+
+
+def _plain(text: str) -> str:
+    return text.replace("[", "\\[")
+
+
+def render_summary(console: Console, cert: Mapping[str, Any], reason: str, paths: Mapping[str, Any]) -> None:
+    console.print(summary_table(cert))
+    verdict = cert.get("verdict", "?")
+    style = {"certified": "bold green", "not_certified": "bold red"}.get(verdict, "bold yellow")
+    console.print(f"[{style}]{verdict.upper()}[/]: {_plain(reason)}")
+    console.print(f"expires {cert.get('expires_at')}; scope {cert.get('scope')}", markup=False)
+    for label, path in paths.items():
+        if path:
+            console.print(f"{label}: {path}", markup=False)

@@ -1,0 +1,183 @@
+"""The per-GPU stages of a certification, described as data, and the real stage functions that a
+worker process (worker.py) runs on one GPU.
+
+A stage function takes a StageContext and returns a list of CheckResult; it runs in its own
+process with CUDA_VISIBLE_DEVICES set to its GPU, so the GPU is device 0 there. What a stage cannot
+judge is ``error``; a stage that ran nothing is ``skip`` with the reason (never a pass).
+
+Plans (decisions):
+
+- full: build (load the library + device self-test), suite (kdactl.suite.run_suite: JIT contracts,
+  route smokes, stream and graph tests), sanitize (all four compute-sanitizer tools), perf (bench's
+  smoke suite gated against fleet/baselines/<SKU>.toml). Every stage is required. With no baseline
+  for the SKU the perf check is a required ``skip`` that names the missing file: the node is then
+  inconclusive, because an unmeasured node is not a certified one. Record a baseline on a known good
+  node of that SKU first (``kdactl bench --suite smoke --peers none --record-baseline``).
+- quick (target: under 30 s with a warm cache): build, suite in its quick form (contracts and route
+  smokes), memcheck only. The perf gate is reported as a skip that is not required, and the
+  certificate records ``"scope": "quick"``; ``kdactl gate`` does not accept a quick certificate.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from kdactl.results import CheckResult
+from kdactl.settings import Settings
+
+_HERE = "kdactl.certify.stages"
+SUITE_TIMEOUT_S = {False: 300.0, True: 45.0}  # pytest's own limit; the stage's limit is longer
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    name: str
+    impl: str  # "module:function" that the worker imports and calls
+    timeout_s: float
+    needs: tuple[str, ...] = ()  # stages of the same GPU that must have passed first
+
+
+@dataclass(frozen=True)
+class Plan:
+    stages: tuple[StageSpec, ...]
+    not_run: tuple[tuple[str, str], ...] = ()  # (check, reason): skipped by design, not required
+
+
+def default_plan(quick: bool) -> Plan:
+    build = StageSpec("build", f"{_HERE}:build_stage", 900.0)  # a cold JIT build takes minutes
+    if quick:
+        return Plan(
+            (build, StageSpec("suite", f"{_HERE}:suite_stage", 75.0, ("build",)),
+             StageSpec("sanitize", f"{_HERE}:sanitize_stage", 120.0, ("build",))),
+            (("perf", "not run with --quick (the full certify gates performance)"),),
+        )  # fmt: skip
+    return Plan((
+        build,
+        StageSpec("suite", f"{_HERE}:suite_stage", 600.0, ("build",)),
+        StageSpec("sanitize", f"{_HERE}:sanitize_stage", 900.0, ("build",)),
+        StageSpec("perf", f"{_HERE}:perf_stage", 300.0, ("build",)),
+    ))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StageContext:
+    settings: Settings
+    gpu: int  # the GPU's NVML index on the node (for labels); inside the worker it is device 0
+    target: str
+    sku: str
+    quick: bool
+
+
+# ---------------------------------------------------------------------------------------------
+# CheckResult <-> JSON (the worker's result file)
+
+_FIELDS = ("check", "status", "message", "duration_s", "gpu", "required")
+
+
+def result_from_json(data: Mapping[str, Any]) -> CheckResult:
+    perf = {k: v for k, v in data.items() if k not in _FIELDS}
+    return CheckResult(
+        check=str(data["check"]), status=str(data["status"]), message=str(data.get("message") or ""),
+        duration_s=float(data.get("duration_s") or 0.0), gpu=data.get("gpu"),
+        required=bool(data.get("required", True)), perf=perf,
+    )  # fmt: skip
+
+
+def error(check: str, message: str, gpu: int | None = None, duration_s: float = 0.0) -> CheckResult:
+    return CheckResult(check, "error", message, duration_s, gpu)
+
+
+# ---------------------------------------------------------------------------------------------
+# The real stages (run inside a worker process; torch is imported here, never by the parent's gate)
+
+
+def build_stage(ctx: StageContext) -> list[CheckResult]:
+    """Load (or build) the kernel library for this GPU's target and run the device self-test."""
+    from kdactl.jit.library import load_kernels
+    from kdactl.jit.selftest import run_selftest
+
+    kernels = load_kernels(ctx.settings, ctx.target)
+    sha = kernels.manifest.get("files", {}).get(kernels.manifest.get("library"), "?")
+    how = {"built": f"built in {kernels.build_s:.1f} s", "cache": "from the cache", "aot": "from the AOT bundle"}
+    out = [CheckResult("build", "pass", f"{kernels.path} ({how.get(kernels.origin, kernels.origin)}), sha256 {sha}",
+                       kernels.build_s + kernels.load_s)]  # fmt: skip
+    test = run_selftest(kernels, 0)
+    if test.passed:
+        out.append(CheckResult("selftest", "pass", f"{test.n} values correct", test.duration_s))
+    else:
+        out.append(CheckResult("selftest", "fail", f"{test.mismatches} of {test.n} values wrong, first {test.first_mismatch}", test.duration_s))
+    return out
+
+
+def suite_stage(ctx: StageContext) -> list[CheckResult]:
+    """The validation suite (checks/) on this GPU: kdactl.suite.run_suite (issue 6)."""
+    try:
+        from kdactl.suite import run_suite
+    except ImportError as err:
+        return [error("suite", f"the validation suite is not available in this kdactl: {err}")]
+    # run_suite sets CUDA_VISIBLE_DEVICES to the index it is given: the node's index (PCI order,
+    # CUDA_DEVICE_ORDER=PCI_BUS_ID is set for this worker), not the worker's device 0.
+    return list(run_suite(ctx.gpu, quick=ctx.quick, timeout_s=SUITE_TIMEOUT_S[ctx.quick], env=os.environ))
+
+
+def sanitize_stage(ctx: StageContext) -> list[CheckResult]:
+    """compute-sanitizer runs on this GPU: kdactl.sanitize.run_sanitizers (issue 6); memcheck only
+    in --quick."""
+    try:
+        from kdactl.sanitize import run_sanitizers
+    except ImportError as err:
+        return [error("sanitize", f"the sanitizer runner is not available in this kdactl: {err}")]
+    tools = ("memcheck",) if ctx.quick else None
+    return list(run_sanitizers(ctx.settings, gpu=0, tools=tools))
+
+
+def perf_stage(ctx: StageContext) -> list[CheckResult]:
+    """bench's smoke suite on the auto route, gated against fleet/baselines/<SKU>.toml."""
+    from kdactl.bench import baseline as bl
+
+    path = bl.default_path(ctx.sku) if ctx.sku != "unknown" else None
+    if path is None or not path.is_file():
+        where = f"no baseline at {path}" if path else f"SKU {ctx.sku!r} has no baseline"
+        return [CheckResult("perf", "skip", f"{where}: record one on a known good {ctx.sku} node with "
+                            "'kdactl bench --suite smoke --peers none --record-baseline'; a node whose speed "
+                            "was not checked is not certified")]  # fmt: skip
+    from kdactl.bench import BenchOptions, run_bench
+
+    opts = BenchOptions(suite="smoke", routes="auto", peers="none", gate=True, device=0, as_json=True)
+    report = run_bench(ctx.settings, opts)
+    return perf_results(report.gate_rows, report.exit_code, report.reasons)
+
+
+_ROW_STATUS = {"pass": "pass", "regressed": "fail", "slower-within-noise": "warn", "no-baseline": "error", "not-measured": "error"}
+
+
+def perf_results(rows: list[Any], exit_code: int, reasons: list[str]) -> list[CheckResult]:
+    """One result per gated shape (measured, baseline, threshold in ms); a wrong result found while
+    benchmarking fails the node even where the gate could not judge the time."""
+    out = []
+    for r in rows:
+        perf = {"shape": r.label, "measured": r.measured_ms, "baseline": r.baseline_ms, "threshold": r.threshold_ms, "unit": "ms"}
+        out.append(CheckResult(f"perf[{r.label}]", _ROW_STATUS.get(r.status, "error"), r.message, perf=perf))
+    if exit_code == 1 and not any(x.status == "fail" for x in out):
+        out.append(CheckResult("perf.reference_check", "fail", "; ".join(reasons) or "bench found a wrong result"))
+    if not out:
+        out.append(error("perf", "; ".join(reasons) or "bench gated no shape"))
+    return out
+
+
+def visible_devices_env(env: Mapping[str, str], uuid: str, gpu: int) -> dict[str, str]:
+    """The worker's environment: this GPU only; KDACTL_FAULT kept only for KDACTL_FAULT_GPU (when set)."""
+    out = dict(env)
+    out["CUDA_VISIBLE_DEVICES"] = uuid
+    out["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    only = out.get("KDACTL_FAULT_GPU")
+    if only not in (None, "") and only.strip() != str(gpu):
+        out.pop("KDACTL_FAULT", None)
+    out.setdefault("PYTHONUNBUFFERED", "1")
+    return out
+
+
+def getenv_fault(env: Mapping[str, str] | None = None) -> str:
+    return (env if env is not None else os.environ).get("KDACTL_FAULT", "")

@@ -1,0 +1,132 @@
+"""Fakes for certify tests: a node of N fake H200s, an in-process stage runner, and stage functions
+that a real worker process can run (``tests.certify_fakes:<name>``) to pass, hang or crash."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from kdactl.certify.command import Deps
+from kdactl.certify.orchestrate import GpuJob, NullProgress
+from kdactl.certify.stages import Plan, StageSpec, default_plan
+from kdactl.hw.facts import GpuFacts, NodeFacts
+from kdactl.hw.toolkit import Toolkit
+from kdactl.results import CheckResult
+from kdactl.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
+SHA = "ab" * 32
+
+
+def uuid(i: int) -> str:
+    return f"GPU-{i:08x}-1111-2222-3333-444444444444"
+
+
+def gpu(i: int, name: str = "NVIDIA H200", sku: str = "H200", target: str | None = "sm_90a") -> GpuFacts:
+    reason = "cc 9.0 with CUDA toolkit 13.0 (nvcc)" if target else "compute capability 7.5 is not supported"
+    return GpuFacts(i, uuid(i), name, sku, (9, 0), 132, 143771, 62914560, "disabled", "enabled", target, reason)
+
+
+def node(n: int = 8, **kw) -> NodeFacts:
+    gpus = tuple(kw.pop("gpus", None) or (gpu(i) for i in range(n)))
+    return NodeFacts(
+        host_arch="x86_64", driver_version=kw.get("driver", "580.159.04"), cuda_driver=(13, 0), driver_source="nvml",
+        toolkit=Toolkit("/usr/local/cuda/bin/nvcc", (13, 0), "Build cuda_13.0"), torch_version="2.13.0", torch_cuda="13.0",
+        cuda_arch_override=None, gpus=gpus, warnings=(), error=kw.get("error"),
+    )  # fmt: skip
+
+
+def no_gpu_node() -> NodeFacts:
+    err = "no NVIDIA driver: NVML init failed: NVML Shared Library Not Found"
+    return NodeFacts("x86_64", None, None, None, None, "2.13.0", None, None, (), (), err)
+
+
+Behaviour = Callable[[GpuJob], list[CheckResult]]
+
+
+@dataclass
+class FakeRunner:
+    """Each (stage, gpu) -> a function of the job; default: one pass per stage."""
+
+    behaviours: dict[tuple[str, int | None], Behaviour] = field(default_factory=dict)
+    calls: list[tuple[str, int]] = field(default_factory=list)
+
+    def run(self, spec: StageSpec, job: GpuJob) -> list[CheckResult]:
+        self.calls.append((spec.name, job.index))
+        fn = self.behaviours.get((spec.name, job.index)) or self.behaviours.get((spec.name, None))
+        return fn(job) if fn else [CheckResult(spec.name, "pass", "ok", 0.01)]
+
+
+def fault_aware(job: GpuJob, stage: str) -> list[CheckResult]:
+    """What the real suite and sanitizers do under KDACTL_FAULT (issue 6), as the orchestrator sees it."""
+    fault = job.env.get("KDACTL_FAULT", "")
+    only = job.env.get("KDACTL_FAULT_GPU")
+    if only and only != str(job.index):
+        fault = ""
+    if stage == "suite" and fault.startswith("wrong-result"):
+        return [CheckResult("route_smoke[direct]", "fail", "error ratio 0.3 > 5e-3")]
+    if stage == "sanitize" and fault == "sanitizer":
+        return [CheckResult("sanitize.memcheck", "fail", "ERROR SUMMARY: 1 error")]
+    if stage == "suite" and fault == "hang":
+        return [CheckResult("suite", "error", "validation suite timed out after 120 s and was killed")]
+    if stage == "suite" and fault == "crash":
+        return [CheckResult("suite", "error", "pytest exited -6 (SIGABRT) without a JUnit report")]
+    return [CheckResult(stage, "pass", "ok", 0.01)]
+
+
+def fault_runner() -> FakeRunner:
+    return FakeRunner({(s, None): (lambda j, s=s: fault_aware(j, s)) for s in ("build", "suite", "sanitize", "perf")})
+
+
+def deps(facts: NodeFacts, runner: FakeRunner | None = None, plan: Plan | None = None, quick: bool = False, **kw) -> Deps:
+    return Deps(
+        gather=lambda s: facts, runner=runner or FakeRunner(), plan=plan or default_plan(quick), progress=NullProgress(),
+        now=kw.get("now", lambda: NOW), hostname=lambda: "node-a", sanitizer_version=lambda tk: "2025.2.1",
+        artifacts=lambda s, targets: ({t: SHA for t in targets}, {}),
+    )  # fmt: skip
+
+
+def settings(tmp_path: Path, **env: str) -> Settings:
+    base = {"HOME": str(tmp_path), "KDACTL_DATA_DIR": str(tmp_path / "data"), "KDACTL_CACHE_DIR": str(tmp_path / "cache")}
+    return Settings.from_env({**base, **env})
+
+
+# --- stage functions for a real worker process -----------------------------------------------
+
+
+def pass_stage(ctx) -> list[CheckResult]:
+    return [CheckResult("fake", "pass", f"gpu {ctx.gpu} sees CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}")]
+
+
+def sleep_stage(ctx) -> list[CheckResult]:
+    time.sleep(0.6)
+    return [CheckResult("sleep", "pass", f"slept on gpu {ctx.gpu}")]
+
+
+def hang_stage(ctx) -> list[CheckResult]:
+    time.sleep(3600)
+    return []
+
+
+def segfault_stage(ctx) -> list[CheckResult]:
+    os.kill(os.getpid(), signal.SIGSEGV)
+    return []
+
+
+def raise_stage(ctx) -> list[CheckResult]:
+    raise RuntimeError("CUDA error: an illegal memory access was encountered\nsecond line")
+
+
+def empty_stage(ctx) -> list[CheckResult]:
+    return []
+
+
+def fault_env_stage(ctx) -> list[CheckResult]:
+    fault = os.environ.get("KDACTL_FAULT", "")
+    return [CheckResult("fault_seen", "fail" if fault else "pass", fault or "none")]
