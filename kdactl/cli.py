@@ -135,5 +135,18 @@ def gate(
     _run(as_json, lambda s: gate_command(s, cert, key_file))
 
 
+@app.command()
+def sanitize(
+    tool: Optional[str] = typer.Option(None, "--tool", help="Comma list of memcheck,synccheck,racecheck,initcheck (default: all four)."),
+    gpu: int = typer.Option(0, "--gpu", help="GPU index to run on (CUDA_VISIBLE_DEVICES of the runs)."),
+    timeout: float = typer.Option(300.0, "--timeout", help="Time limit of each compute-sanitizer run, in seconds."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Run the KDA kernels under compute-sanitizer, each tool first proven on a planted fault."""
+    from kdactl.sanitize import sanitize_command
+
+    _run(as_json, lambda s: sanitize_command(s, tools=tool, gpu=gpu, timeout_s=timeout))
+
+
 def main() -> None:
     app()
