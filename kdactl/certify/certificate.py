@@ -29,10 +29,17 @@ DEFAULT_LIFETIME_DAYS = 7.0
 CLOCK_SKEW = timedelta(minutes=5)  # issued_at may be this far in the future (clocks of two hosts)
 REQUIRED_FIELDS = ("schema", "verdict", "issued_at", "expires_at", "node", "versions", "gpus", "results", "integrity")
 KEY_ENV = "KDACTL_CERT_KEY"
+CANONICAL = "json-sorted-keys-no-whitespace-utf8"
+_HEX = frozenset("0123456789abcdef")
 
 
 class CertUnreadable(UsageError):
     """The certificate file cannot be read at all (missing, permissions): exit 2 in verify."""
+
+
+class KeyRequired(UsageError):
+    """The certificate is signed but no key is configured here: its signature cannot be checked,
+    and an unchecked signature could have been changed (exit 2: configure the key)."""
 
 
 def canonical_bytes(doc: Mapping[str, Any]) -> bytes:
@@ -56,7 +63,7 @@ def sign(doc: Mapping[str, Any], key: bytes) -> str:
 def seal(doc: dict[str, Any], key: bytes | None) -> dict[str, Any]:
     """The document with its integrity field (digest always, signature when a key is given)."""
     out = {k: v for k, v in doc.items() if k != "integrity"}
-    integrity: dict[str, Any] = {"algorithm": "sha256", "canonical": "json-sorted-keys-no-whitespace-utf8", "sha256": digest(out)}
+    integrity: dict[str, Any] = {"algorithm": "sha256", "canonical": CANONICAL, "sha256": digest(out)}
     integrity["signature"] = None if key is None else {"algorithm": "hmac-sha256", "key_id": key_id(key), "value": sign(out, key)}
     out["integrity"] = integrity
     return out
@@ -176,19 +183,46 @@ class CertCheck:
 
 
 def check_certificate(doc: Mapping[str, Any], key: bytes | None, now: datetime) -> CertCheck:
-    """Schema, digest, signature (required when a key is configured), issue and expiry times."""
+    """Schema, digest, signature (required when a key is configured), issue and expiry times.
+    The integrity field is not covered by the digest, so its every byte is checked exactly: any
+    other algorithm name, key id or extra field is a failure. KeyRequired when the certificate is
+    signed and no key is configured."""
     out = CertCheck()
     out.failures += check_schema(doc)
     if out.failures:
         return out
     integrity = doc["integrity"]
+    out.failures += _check_integrity_shape(integrity)
+    if out.failures:
+        return out
     actual = digest(doc)
-    if integrity.get("sha256") != actual:
-        out.failures.append(f"digest mismatch: certificate says sha256 {str(integrity.get('sha256'))[:16]}..., "
+    if integrity["sha256"] != actual:
+        out.failures.append(f"digest mismatch: certificate says sha256 {integrity['sha256'][:16]}..., "
                             f"content hashes to {actual[:16]}...: the certificate was changed after it was issued")  # fmt: skip
-    out.failures += _check_signature(doc, integrity.get("signature"), key, out.notes)
+    out.failures += _check_signature(doc, integrity["signature"], key, out.notes)
     out.failures += check_times(doc, now)
     return out
+
+
+def _is_hex(value: Any, n: int) -> bool:
+    return isinstance(value, str) and len(value) == n and set(value) <= _HEX
+
+
+def _check_integrity_shape(integrity: Mapping[str, Any]) -> list[str]:
+    if set(integrity) != {"algorithm", "canonical", "sha256", "signature"}:
+        return [f"integrity has fields {sorted(integrity)}, expected algorithm, canonical, sha256, signature"]
+    if integrity["algorithm"] != "sha256" or integrity["canonical"] != CANONICAL:
+        return [f"integrity names algorithm {integrity['algorithm']!r} / canonical form {integrity['canonical']!r}; "
+                f"expected 'sha256' / {CANONICAL!r}"]  # fmt: skip
+    if not _is_hex(integrity["sha256"], 64):
+        return [f"integrity.sha256 {str(integrity['sha256'])[:70]!r} is not 64 lower-case hex digits"]
+    sig = integrity["signature"]
+    if sig is None:
+        return []
+    if not isinstance(sig, dict) or set(sig) != {"algorithm", "key_id", "value"} or sig["algorithm"] != "hmac-sha256" \
+            or not _is_hex(sig["key_id"], 16) or not _is_hex(sig["value"], 64):  # fmt: skip
+        return [f"integrity.signature is not a well-formed hmac-sha256 signature: {str(sig)[:160]}"]
+    return []
 
 
 def check_schema(doc: Mapping[str, Any]) -> list[str]:
@@ -214,14 +248,13 @@ def _check_signature(doc: Mapping[str, Any], sig: Any, key: bytes | None, notes:
             return ["certificate is not signed, but a key is configured (KDACTL_CERT_KEY / --key-file): signature required"]
         notes.append("unsigned (no key configured): digest checked only")
         return []
-    if not isinstance(sig, dict) or sig.get("algorithm") != "hmac-sha256" or not isinstance(sig.get("value"), str):
-        return [f"signature is not an hmac-sha256 signature: {sig!r}"[:200]]
     if key is None:
-        notes.append(f"signed with key {sig.get('key_id')}, but no key is configured here: signature not checked")
-        return []
+        raise KeyRequired(f"the certificate is signed (key id {sig['key_id']}) and no key is configured: "
+                          f"set {KEY_ENV} or pass --key-file to verify it")  # fmt: skip
+    if sig["key_id"] != key_id(key):
+        return [f"signed with key {sig['key_id']}, the configured key is {key_id(key)}"]
     if not hmac.compare_digest(sig["value"], sign(doc, key)):
-        which = "" if sig.get("key_id") == key_id(key) else f" (signed with key {sig.get('key_id')}, configured key is {key_id(key)})"
-        return [f"signature mismatch{which}: the certificate was changed or signed with another key"]
+        return ["signature mismatch: the certificate was changed after it was signed"]
     return []
 
 

@@ -129,7 +129,9 @@ def compare(recorded: Mapping[str, Any], now: Fingerprint) -> list[str]:
 
 def _uuid_changes(then: list[str], now: list[str]) -> list[str]:
     if len(then) != len(now):
-        return [f"GPU count changed: {len(then)} at certification, {len(now)} now (uuids {', '.join(now) or 'none'})"]
+        gone, new = [u for u in then if u not in now], [u for u in now if u not in then]
+        said = "; ".join(p for p in (f"gone: {', '.join(gone)}" if gone else "", f"new: {', '.join(new)}" if new else "") if p)
+        return [f"GPU count changed: {len(then)} at certification, {len(now)} now ({said or 'same uuids'})"]
     return [f"GPU {i}: uuid {a} at certification, {b} now" for i, (a, b) in enumerate(zip(then, now)) if a != b]
 
 

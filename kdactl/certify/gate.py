@@ -68,7 +68,10 @@ def gate_command(settings: Settings, cert_path: Path | None = None, key_file: Pa
     if doc is None:
         report.failures.append(why)
         return report
-    report.failures += certificate_reasons(doc, key, now())
+    try:
+        report.failures += certificate_reasons(doc, key, now())
+    except cm.KeyRequired as err:
+        report.unknown.append(str(err))
     if not cm.check_schema(doc):
         _check_node(settings, doc, report, node_reader or fp.read_node_now, artifacts)
     report.summary = f"{doc.get('verdict')} {path}, {len(doc.get('gpus') or [])} GPUs, expires {doc.get('expires_at')}"

@@ -15,7 +15,7 @@ from kdactl.certify.certificate import parse_stamp, write_text_atomic
 _STATUS_STYLE = {"pass": "green", "fail": "bold red", "error": "red", "warn": "yellow", "skip": "dim"}
 
 
-def _gpu_label(r: Mapping[str, Any], uuids: Mapping[int, str]) -> str:
+def _gpu_label(r: Mapping[str, Any]) -> str:
     gpu = r.get("gpu")
     return "node" if gpu is None else f"gpu{gpu}"
 
@@ -30,7 +30,7 @@ def junit_xml(cert: Mapping[str, Any]) -> str:
     uuids = {g["index"]: g.get("uuid", "") for g in cert.get("gpus", [])}
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for r in cert.get("results", []):
-        groups.setdefault(_gpu_label(r, uuids), []).append(r)
+        groups.setdefault(_gpu_label(r), []).append(r)
     root = ET.Element("testsuites", name=f"kdactl certify {cert.get('node', {}).get('hostname', '')}".strip())
     root.set("timestamp", str(cert.get("issued_at", "")))
     for label, results in groups.items():

@@ -1,0 +1,99 @@
+"""JUnit XML, the node_exporter textfile, the summary table, and --json."""
+
+import json
+import re
+import xml.etree.ElementTree as ET
+
+from rich.console import Console
+
+from kdactl.certify.command import CertifyOptions, certify_command
+from kdactl.certify.outputs import junit_xml, prom_text, render_summary
+from kdactl.results import CheckResult
+from tests import certify_fakes as cf
+
+
+def cert(tmp_path, n=3, runner=None, **opts):
+    s = cf.settings(tmp_path)
+    return certify_command(s, CertifyOptions(**opts), cf.deps(cf.node(n), runner)).cert
+
+
+def mixed_runner():
+    return cf.FakeRunner({
+        ("suite", 1): lambda j: [CheckResult("route_smoke[direct]", "fail", 'ratio 0.2 > 5e-3 <&"x">'),
+                                 CheckResult("graph", "pass", "ok", 0.5)],
+        ("sanitize", 2): lambda j: [CheckResult("sanitize.racecheck", "error", "timed out")],
+        ("perf", None): lambda j: [CheckResult("perf[B1-T4096-H8-D128]", "pass", "measured 1.2 ms", 3.0,
+                                               perf={"shape": "B1-T4096-H8-D128", "measured": 1.2, "baseline": 1.1,
+                                                     "threshold": 1.21, "unit": "ms"})],
+    })  # fmt: skip
+
+
+def test_junit_one_testcase_per_check_per_gpu(tmp_path):
+    doc = cert(tmp_path, runner=mixed_runner(), expect_gpus=3)
+    root = ET.fromstring(junit_xml(doc).split("\n", 1)[1])
+    suites = {s.get("name"): s for s in root.findall("testsuite")}
+    assert set(suites) == {"node", "gpu0", "gpu1", "gpu2"}
+    cases = [(c.get("classname"), c.get("name")) for c in root.iter("testcase")]
+    assert len(cases) == len(doc["results"]) == len(set(cases))
+    assert ("kdactl.gpu1", "route_smoke[direct]") in cases
+    assert suites["gpu1"].get("failures") == "1" and suites["gpu2"].get("errors") == "1"
+    assert root.get("tests") == str(len(cases)) and root.get("failures") == "1"
+    fail = suites["gpu1"].find("testcase[@name='route_smoke[direct]']/failure")
+    assert fail.get("message") == 'ratio 0.2 > 5e-3 <&"x">'
+    prop = suites["gpu0"].find("properties/property")
+    assert prop.get("value") == cf.uuid(0)
+
+
+_SAMPLE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\\n]|\\["\\n])*",?)*\})? (-?[0-9.e+-]+|NaN|[+-]Inf)$')
+
+
+def test_prom_lines_are_valid_textfile_format(tmp_path):
+    doc = cert(tmp_path, runner=mixed_runner())
+    text = prom_text(doc)
+    assert text.endswith("\n")
+    seen_type, families = {}, []
+    for line in text.rstrip("\n").split("\n"):
+        if line.startswith("# HELP "):
+            continue
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            assert kind == "gauge" and name not in seen_type
+            seen_type[name] = True
+            families.append(name)
+            continue
+        assert _SAMPLE.match(line), line
+        assert line.split("{")[0].split(" ")[0] == families[-1], f"{line} outside its family"
+    assert 'kdactl_certified{node="node-a"} 0' in text
+    assert f'kdactl_check_status{{node="node-a",check="route_smoke[direct]",gpu_uuid="{cf.uuid(1)}",status="fail"}} 1' in text
+    assert f'kdactl_perf_measured_ms{{node="node-a",gpu_uuid="{cf.uuid(0)}",shape="B1-T4096-H8-D128"}} 1.2' in text
+    assert re.search(r'^kdactl_cert_expiry_timestamp_seconds\{node="node-a"\} 1778241600$', text, re.M)
+
+
+def test_prom_escapes_label_values(tmp_path):
+    doc = cert(tmp_path, n=1)
+    doc["results"].append({"check": 'we"ird\\name\nx', "gpu": None, "status": "pass", "duration_s": 0.0, "message": ""})
+    line = next(ln for ln in prom_text(doc).splitlines() if "we" in ln and "status" in ln)
+    assert 'check="we\\"ird\\\\name\\nx"' in line and _SAMPLE.match(line)
+
+
+def test_certified_gauge_is_1_when_certified(tmp_path):
+    assert 'kdactl_certified{node="node-a"} 1' in prom_text(cert(tmp_path))
+
+
+def test_summary_table_renders_statuses_and_verdict(tmp_path):
+    doc = cert(tmp_path, runner=mixed_runner())
+    console = Console(record=True, width=200)
+    render_summary(console, doc, doc["reason"], {"certificate": "/x/cert.json", "junit": None})
+    text = console.export_text()
+    assert "route_smoke[direct]" in text and "NOT_CERTIFIED" in text and "/x/cert.json" in text
+
+
+def test_json_is_one_document(tmp_path, monkeypatch, capsys):
+    from kdactl.report import emit
+
+    s = cf.settings(tmp_path)
+    rep = certify_command(s, CertifyOptions(as_json=True), cf.deps(cf.node(2)))
+    emit(rep, True)
+    out = capsys.readouterr().out
+    doc = json.loads(out)
+    assert doc["verdict"] == "certified" and doc["exit_code"] == 0 and doc["certificate"]["schema"] == "kdactl.cert/v1"

@@ -1,0 +1,175 @@
+"""certify end to end with fake node facts and fake stages: verdicts, exit codes, the certificate
+written, faults never certified, and the CLI (CliRunner) including the real CPU run (no GPU)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kdactl.certify import certificate as cm
+from kdactl.certify.command import CertifyOptions, certify_command
+from kdactl.cli import app
+from kdactl.errors import UsageError
+from kdactl.results import CheckResult
+from tests import certify_fakes as cf
+
+
+def run(tmp_path, facts=None, runner=None, **opts):
+    quick = opts.get("quick", False)
+    s = cf.settings(tmp_path, **opts.pop("env", {}))
+    return certify_command(s, CertifyOptions(**opts), cf.deps(facts or cf.node(8), runner, quick=quick))
+
+
+def test_certified_node_writes_a_verifiable_certificate(tmp_path):
+    rep = run(tmp_path)
+    assert rep.exit_code == 0 and rep.cert["verdict"] == "certified"
+    path = tmp_path / "data" / "cert.json"
+    doc = json.loads(path.read_text())
+    assert doc == rep.cert
+    assert cm.check_certificate(doc, None, cf.NOW).ok
+    assert doc["schema"] == "kdactl.cert/v1" and doc["scope"] == "full"
+    assert doc["issued_at"] == "2026-05-01T12:00:00Z" and doc["expires_at"] == "2026-05-08T12:00:00Z"
+    assert set(doc["versions"]) >= {"kdactl", "driver", "cuda_driver", "cuda_toolkit", "torch", "compute_sanitizer"}
+    g = doc["gpus"][3]
+    assert g == {"index": 3, "uuid": cf.uuid(3), "name": "NVIDIA H200", "sku": "H200", "cc": "9.0", "sm_count": 132,
+                 "target": "sm_90a", "artifact_sha256": cf.SHA}
+    fpr = doc["node"]["fingerprint"]
+    assert fpr["gpu_uuids"] == [cf.uuid(i) for i in range(8)] and fpr["artifact_sha256"] == {"sm_90a": cf.SHA}
+    assert doc["node"]["hostname"] == "node-a"
+    assert all({"check", "gpu", "status", "duration_s", "message"} <= set(r) for r in doc["results"])
+
+
+def test_one_bad_gpu_fails_the_node(tmp_path):
+    runner = cf.FakeRunner({("sanitize", 6): lambda j: [CheckResult("sanitize.racecheck", "fail", "RACECHECK SUMMARY: 2 errors")]})
+    rep = run(tmp_path, runner=runner, expect_gpus=8, expect_sku="H200")
+    assert rep.exit_code == 1 and rep.cert["verdict"] == "not_certified"
+    assert "gpu6:sanitize.racecheck" in rep.reason
+
+
+def test_wrong_gpu_count_exits_1(tmp_path):
+    rep = run(tmp_path, facts=cf.node(7), expect_gpus=8)
+    assert rep.exit_code == 1 and "actual 7 GPUs, expected 8" in rep.reason
+
+
+def test_subset_of_gpus(tmp_path):
+    runner = cf.FakeRunner()
+    rep = run(tmp_path, runner=runner, gpus="0,2")
+    assert [g["index"] for g in rep.cert["gpus"]] == [0, 2]
+    assert {i for _, i in runner.calls} == {0, 2}
+    assert rep.cert["node"]["fingerprint"]["gpu_uuids"] == [cf.uuid(i) for i in range(8)]
+
+
+def test_warn_fails_only_with_fail_on_warn(tmp_path):
+    runner = cf.FakeRunner({("perf", 0): lambda j: [CheckResult("perf[B1-T4096-H8-D128]", "warn", "slower within noise")]})
+    assert run(tmp_path, runner=runner).exit_code == 0
+    assert run(tmp_path, runner=runner, fail_on="warn").exit_code == 1
+
+
+def test_perf_skipped_for_missing_baseline_is_inconclusive(tmp_path):
+    runner = cf.FakeRunner({("perf", None): lambda j: [CheckResult("perf", "skip", "no baseline at fleet/baselines/H200.toml")]})
+    rep = run(tmp_path, runner=runner)
+    assert rep.exit_code == 3 and "required check skipped (no baseline" in rep.reason
+
+
+@pytest.mark.parametrize("fault,code", [("wrong-result:direct", 1), ("sanitizer", 1), ("hang", 3), ("crash", 3)])
+def test_every_fault_is_never_certified(tmp_path, fault, code):
+    rep = run(tmp_path, runner=cf.fault_runner(), env={"KDACTL_FAULT": fault})
+    assert rep.exit_code == code and rep.cert["verdict"] != "certified"
+    assert rep.cert["options"]["fault"] == fault
+
+
+def test_fault_on_one_gpu_fails_node_others_pass(tmp_path):
+    rep = run(tmp_path, runner=cf.fault_runner(), env={"KDACTL_FAULT": "wrong-result:direct", "KDACTL_FAULT_GPU": "4"})
+    assert rep.exit_code == 1
+    bad = {r["gpu"] for r in rep.cert["results"] if r["status"] != "pass"}
+    assert bad == {4}
+
+
+def test_uncaught_fault_makes_the_run_inconclusive(tmp_path):
+    rep = run(tmp_path, env={"KDACTL_FAULT": "hang"})  # stages that ignore the fault
+    assert rep.exit_code == 3 and "no check caught it" in rep.reason
+
+
+def test_quick_writes_its_own_file(tmp_path):
+    rep = run(tmp_path, quick=True)
+    assert rep.exit_code == 0 and rep.cert["scope"] == "quick"
+    assert (tmp_path / "data" / "cert-quick.json").is_file() and not (tmp_path / "data" / "cert.json").exists()
+
+
+def test_out_junit_prom_and_signature(tmp_path):
+    out, junit, prom = tmp_path / "o" / "c.json", tmp_path / "j.xml", tmp_path / "p.prom"
+    rep = run(tmp_path, out=out, junit=junit, prom=prom, lifetime_days=1.5, env={"KDACTL_CERT_KEY": "s3cret"})
+    doc = json.loads(out.read_text())
+    assert doc["integrity"]["signature"]["algorithm"] == "hmac-sha256"
+    assert cm.check_certificate(doc, b"s3cret", cf.NOW).ok
+    assert doc["expires_at"] == "2026-05-03T00:00:00Z"
+    assert junit.read_text().startswith("<?xml") and "kdactl_certified" in prom.read_text()
+    assert rep.paths == {"certificate": str(out), "junit": str(junit), "prom": str(prom)}
+
+
+@pytest.mark.parametrize("opts,match", [
+    ({"gpus": "x"}, "--gpus"), ({"expect_gpus": 0}, "--expect-gpus"), ({"expect_sku": "H300"}, "--expect-sku"),
+    ({"fail_on": "error"}, "--fail-on"), ({"lifetime_days": 0}, "--lifetime"), ({"gpus": "9"}, "no GPU 9"),
+])  # fmt: skip
+def test_usage_errors(tmp_path, opts, match):
+    with pytest.raises(UsageError, match=match):
+        run(tmp_path, **opts)
+
+
+def test_no_gpu_node_is_inconclusive_with_certificate(tmp_path):
+    rep = run(tmp_path, facts=cf.no_gpu_node(), expect_gpus=8)
+    assert rep.exit_code == 3 and rep.cert["verdict"] == "inconclusive"
+    assert "no NVIDIA driver" in rep.cert["reason"] and rep.cert["gpus"] == []
+
+
+# --- CLI -------------------------------------------------------------------------------------
+
+
+def _cli_env(tmp_path):
+    return {"KDACTL_DATA_DIR": str(tmp_path / "data"), "KDACTL_CACHE_DIR": str(tmp_path / "cache"), "KDACTL_CERT_KEY": ""}
+
+
+def test_cli_certify_on_this_cpu_machine_is_inconclusive_and_writes_cert(tmp_path, monkeypatch):
+    import kdactl.node as node_mod
+
+    monkeypatch.setattr(node_mod, "gather_node", lambda s, p=None: cf.no_gpu_node())
+    res = CliRunner().invoke(app, ["certify", "--json", "--junit", str(tmp_path / "j.xml")], env=_cli_env(tmp_path))
+    assert res.exit_code == 3, res.output
+    doc = json.loads(res.stdout)
+    assert doc["verdict"] == "inconclusive" and doc["exit_code"] == 3
+    cert = json.loads((tmp_path / "data" / "cert.json").read_text())
+    assert cm.check_certificate(cert, None, cm.now_utc()).ok and "no NVIDIA driver" in cert["reason"]
+    res = CliRunner().invoke(app, ["verify", str(tmp_path / "data" / "cert.json")], env=_cli_env(tmp_path))
+    assert res.exit_code == 0, res.output
+
+
+def test_cli_usage_exit_2(tmp_path):
+    res = CliRunner().invoke(app, ["certify", "--gpus", "zero", "--json"], env=_cli_env(tmp_path))
+    assert res.exit_code == 2 and "--gpus" in json.loads(res.stdout)["error"]
+
+
+def test_cli_help_lists_options():
+    res = CliRunner().invoke(app, ["certify", "--help"])
+    assert res.exit_code == 0
+    for opt in ("--gpus", "--expect-gpus", "--expect-sku", "--quick", "--out", "--junit", "--prom", "--lifetime", "--fail-on", "--json"):
+        assert opt in res.stdout
+
+
+def _driver_present() -> bool:
+    from kdactl.errors import KdactlError
+    from kdactl.hw.nvml import PynvmlDriver
+
+    try:
+        return bool(PynvmlDriver().read().gpus)
+    except KdactlError:
+        return False
+
+
+@pytest.mark.skipif(_driver_present(), reason="this node has a GPU: the real certify would run the whole suite")
+def test_cli_real_certify_without_gpu(tmp_path):
+    res = CliRunner().invoke(app, ["certify", "--json"], env=_cli_env(tmp_path))
+    assert res.exit_code == 3, res.output
+    cert = json.loads((tmp_path / "data" / "cert.json").read_text())
+    assert cert["verdict"] == "inconclusive" and cm.check_certificate(cert, None, cm.now_utc()).ok
+    assert json.loads(res.stdout)["certificate"] == cert

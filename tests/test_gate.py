@@ -1,0 +1,188 @@
+"""kdactl gate: certificate checks, the node fingerprint comparison, exit codes, speed, no torch."""
+
+import json
+import subprocess
+import sys
+import time
+from datetime import timedelta
+
+import pytest
+from typer.testing import CliRunner
+
+from kdactl.certify import certificate as cm
+from kdactl.certify import fingerprint as fp
+from kdactl.certify.command import CertifyOptions, certify_command
+from kdactl.certify.gate import gate_command
+from kdactl.cli import app
+from kdactl.errors import NoGpu
+from tests import certify_fakes as cf
+
+NOW_NODE = fp.NodeNow(tuple(cf.uuid(i) for i in range(8)), ((9, 0),) * 8, "580.159.04", (13, 0))
+
+
+def certify(tmp_path, **opts):
+    env = opts.pop("env", {})
+    s = cf.settings(tmp_path, **env)
+    rep = certify_command(s, CertifyOptions(**opts), cf.deps(cf.node(8), quick=opts.get("quick", False)))
+    return s, rep
+
+
+def gate(s, node=NOW_NODE, arts=None, now=cf.NOW + timedelta(hours=1), cert=None):
+    def reader(_):
+        if isinstance(node, Exception):
+            raise node
+        return node
+
+    art = arts if arts is not None else {"sm_90a": cf.SHA}
+    return gate_command(s, cert, None, now=lambda: now, node_reader=reader,
+                        artifacts=lambda settings, targets: ({t: art.get(t) for t in targets}, {t: "not in the cache" for t in targets if art.get(t) is None}))  # fmt: skip
+
+
+def test_pass(tmp_path):
+    s, _ = certify(tmp_path)
+    rep = gate(s)
+    assert rep.exit_code == 0 and rep.failures == [] and rep.unknown == []
+    assert "certified" in rep.summary
+
+
+def _node(**kw):
+    from dataclasses import replace
+
+    return replace(NOW_NODE, **kw)
+
+
+@pytest.mark.parametrize("node,arts,want", [
+    (_node(gpu_uuids=NOW_NODE.gpu_uuids[:2] + ("GPU-new",) + NOW_NODE.gpu_uuids[3:]), None,
+     f"GPU 2: uuid {cf.uuid(2)} at certification, GPU-new now"),
+    (_node(gpu_uuids=NOW_NODE.gpu_uuids[:7], ccs=((9, 0),) * 7), None, f"GPU count changed: 8 at certification, 7 now (gone: {cf.uuid(7)})"),
+    (_node(driver_version="590.10"), None, "driver changed: 580.159.04 at certification, 590.10 now"),
+    (_node(toolkit=(13, 1)), None, "CUDA toolkit (nvcc) changed: 13.0 at certification, 13.1 now"),
+    (NOW_NODE, {"sm_90a": "cd" * 32}, "kernel library sm_90a changed: sha256 abababababababab... at certification, cdcdcdcdcdcdcdcd... now"),
+    (NOW_NODE, {"sm_90a": None}, "kernel library sm_90a: sha256 abababababababab... at certification, none now (not in the cache)"),
+])  # fmt: skip
+def test_fingerprint_change_fails_with_reason(tmp_path, node, arts, want):
+    s, _ = certify(tmp_path)
+    rep = gate(s, node=node, arts=arts)
+    assert rep.exit_code == 1 and want in rep.failures, rep.failures
+
+
+def test_new_gpu_not_covered(tmp_path):
+    s, _ = certify(tmp_path, gpus="0,1")
+    rep = gate(s)
+    assert rep.exit_code == 1 and f"GPU 2 ({cf.uuid(2)}) is not covered by the certificate" in rep.failures
+
+
+def test_no_certificate_is_fail(tmp_path):
+    rep = gate(cf.settings(tmp_path))
+    assert rep.exit_code == 1 and "no certificate" in rep.failures[0]
+
+
+def test_not_certified_quick_expired_tampered(tmp_path):
+    s, _ = certify(tmp_path, expect_gpus=9)
+    assert "verdict is not_certified: inventory.count: actual 8 GPUs, expected 9" in gate(s).failures
+    s, rep = certify(tmp_path / "q", quick=True)
+    assert any("scope is 'quick'" in f for f in gate(s, cert=tmp_path / "q" / "data" / "cert-quick.json").failures)
+    s, _ = certify(tmp_path / "e", lifetime_days=1)
+    assert gate(s, now=cf.NOW + timedelta(days=2)).failures[0].startswith("expired")
+    path = s.data_dir / "cert.json"
+    path.write_text(path.read_text().replace('"sm_90a"', '"sm_100f"', 1))
+    assert any("digest mismatch" in f for f in gate(s).failures)
+
+
+def test_cannot_read_node_is_3(tmp_path):
+    s, _ = certify(tmp_path)
+    rep = gate(s, node=NoGpu("no NVIDIA driver: NVML init failed"))
+    assert rep.exit_code == 3 and "cannot read the node now" in rep.unknown[0]
+
+
+def test_signed_cert_needs_key(tmp_path):
+    s, _ = certify(tmp_path, env={"KDACTL_CERT_KEY": "k"})
+    assert gate(s).exit_code == 0
+    s2 = cf.settings(tmp_path)  # same data dir, no key configured
+    assert gate(s2).exit_code == 3
+    s3 = cf.settings(tmp_path, KDACTL_CERT_KEY="other")
+    assert gate(s3).exit_code == 1
+
+
+def test_artifact_sha256_reads_the_verified_cache_entry(tmp_path):
+    from kdactl.jit import cache
+    from kdactl.jit.spec import kernel_library_spec
+    from kdactl.targets import get_target
+
+    s = cf.settings(tmp_path)
+    assert fp.artifact_sha256(s, "sm_90a")[0] is None
+    spec = kernel_library_spec(get_target("sm_90a"))
+    key = spec.key_dir(s.cache_dir)
+    key.mkdir(parents=True)
+    (key / "libkdactl.so").write_bytes(b"\x7fELF fake library")
+    sha = cache.sha256_file(key / "libkdactl.so")
+    manifest = {"schema": cache.MANIFEST_SCHEMA, "target": "sm_90a", "source_hash": spec.source_hash(),
+                "library": "libkdactl.so", "files": {"libkdactl.so": sha}}  # fmt: skip
+    (key / "manifest.json").write_text(json.dumps(manifest))
+    assert fp.artifact_sha256(s, "sm_90a") == (sha, "")
+    (key / "libkdactl.so").write_bytes(b"\x7fELF tampered")
+    found, why = fp.artifact_sha256(s, "sm_90a")
+    assert found is None and "does not match" in why
+
+
+def test_node_targets():
+    s = cf.settings(__import__("pathlib").Path("/nonexistent"))
+    assert fp.node_targets(s, [(9, 0)], (13, 0), {"sm_80"}) == {"sm_90a"}
+    assert fp.node_targets(s, [(9, 0)], None, {"sm_90a"}) == {"sm_90a"}
+    assert fp.node_targets(cf.settings(__import__("pathlib").Path("/x"), KDACTL_CUDA_ARCH="sm_80"), [(9, 0)], (13, 0), ()) == {"sm_80"}
+
+
+def test_cli_json_and_lines(tmp_path):
+    env = {"KDACTL_DATA_DIR": str(tmp_path / "none"), "KDACTL_CERT_KEY": ""}
+    r = CliRunner().invoke(app, ["gate", "--json"], env=env)
+    assert r.exit_code == 1 and json.loads(r.stdout)["result"] == "fail"
+    r = CliRunner().invoke(app, ["gate"], env=env)
+    assert r.exit_code == 1 and r.stdout.startswith("FAIL: no certificate at ")
+
+
+def _fresh_cert(tmp_path):
+    now = cm.now_utc()
+    s, _ = certify(tmp_path, env={})
+    doc = json.loads((s.data_dir / "cert.json").read_text())
+    doc.update(issued_at=cm.stamp(now), expires_at=cm.stamp(now + timedelta(days=1)))
+    cm.write_certificate(s.data_dir / "cert.json", cm.seal(doc, None))
+    return s
+
+
+def test_python_m_kdactl_gate_is_fast(tmp_path):
+    s = _fresh_cert(tmp_path)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "KDACTL_DATA_DIR": str(s.data_dir),
+           "KDACTL_CACHE_DIR": str(s.cache_dir), "PYTHONPATH": str(cf.ROOT)}  # fmt: skip
+    best = None
+    for _ in range(3):  # the first run may pay for a cold page cache
+        start = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "kdactl", "gate"], env=env, capture_output=True, text=True, timeout=30, cwd=cf.ROOT)
+        took = time.monotonic() - start
+        best = took if best is None else min(best, took)
+        assert proc.returncode in (1, 3), proc.stdout + proc.stderr  # no GPU here (or not these GPUs)
+        assert "Traceback" not in proc.stderr
+    assert best < 1.0, f"kdactl gate took {best:.2f} s"
+
+
+def test_gate_never_imports_torch(tmp_path):
+    s = _fresh_cert(tmp_path)
+    code = f"""
+import sys
+from pathlib import Path
+from kdactl.cli import app
+from kdactl.certify.gate import gate_command
+from kdactl.certify import fingerprint as fp
+from kdactl.settings import Settings
+s = Settings.from_env({{"HOME": {str(tmp_path)!r}, "KDACTL_DATA_DIR": {str(s.data_dir)!r}, "KDACTL_CACHE_DIR": {str(s.cache_dir)!r}}})
+node = fp.NodeNow(({cf.uuid(0)!r},), ((9, 0),), "580.159.04", (13, 0))
+rep = gate_command(s, node_reader=lambda _: node)          # the real artifact lookup (spec, cache)
+assert any("kernel library sm_90a" in f for f in rep.failures), rep.failures
+try:
+    fp.read_node_now(s)                                     # the real NVML read
+except Exception:
+    pass
+print(sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.")))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=cf.ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
