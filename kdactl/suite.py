@@ -129,8 +129,11 @@ def _case(case: ET.Element, gpu: int | None) -> CheckResult:
 
 
 def _module(classname: str) -> str:
-    """'test_routes' or 'test_routes.TestX' (pytest's dotted path under rootdir) -> as is, minus 'checks.'."""
-    return classname.removeprefix("checks.") or "?"
+    """pytest's dotted classname ('checks.test_routes', 'kdactl._assets.checks.test_routes.TestX')
+    -> from the test module on ('test_routes', 'test_routes.TestX')."""
+    parts = classname.split(".")
+    start = next((i for i, part in enumerate(parts) if part.startswith("test_")), 0)
+    return ".".join(parts[start:]) or "?"
 
 
 def _why(element: ET.Element) -> str:
