@@ -87,7 +87,7 @@ def fault_runner() -> FakeRunner:
 def deps(facts: NodeFacts, runner: FakeRunner | None = None, plan: Plan | None = None, quick: bool = False, **kw) -> Deps:
     return Deps(
         gather=lambda s: facts, runner=runner or FakeRunner(), plan=plan or default_plan(quick), progress=NullProgress(),
-        now=kw.get("now", lambda: NOW), hostname=lambda: "node-a", sanitizer_version=lambda tk: "2025.2.1",
+        now=kw.get("now", lambda: NOW), hostname=lambda: "node-a", sanitizer_version=lambda s: "2025.2.1",
         artifacts=lambda s, targets: ({t: SHA for t in targets}, {}),
     )  # fmt: skip
 

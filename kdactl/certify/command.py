@@ -9,7 +9,6 @@ replaces the full certificate the gate relies on.
 from __future__ import annotations
 
 import platform
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -58,7 +57,7 @@ class Deps:
     progress: Optional[Progress] = None
     now: Callable[[], datetime] = cert_mod.now_utc
     hostname: Callable[[], str] = socket.gethostname
-    sanitizer_version: Callable[[Any], Optional[str]] = None  # type: ignore[assignment]
+    sanitizer_version: Callable[[Settings], Optional[str]] = None  # type: ignore[assignment]
     artifacts: Callable[[Settings, set[str]], tuple[dict, dict]] = fp.artifacts_for  # type: ignore[assignment]
 
 
@@ -114,7 +113,7 @@ def certify_command(settings: Settings, o: CertifyOptions, deps: Deps | None = N
     name, reason = verdict(results, fail_on_warn=o.fail_on == "warn")
     targets = {g.target for g in gpus if g.target}
     artifacts, why_none = d.artifacts(settings, targets)
-    doc = build_document(facts, gpus, results, name, reason, o, d, artifacts, why_none)
+    doc = build_document(settings, facts, gpus, results, name, reason, o, d, artifacts, why_none)
     doc["options"]["fault"] = settings.env.get("KDACTL_FAULT") or None
     doc = cert_mod.seal(doc, key)
     paths = _write_all(doc, out_path, o)
@@ -136,12 +135,12 @@ def _log_dir(settings: Settings, out_path: Path) -> Path:
         return Path(tempfile.mkdtemp(prefix="kdactl-certify-logs-"))
 
 
-def build_document(facts: Any, gpus: tuple[Any, ...], results: list[CheckResult], name: str, reason: str,
-                   o: CertifyOptions, d: Deps, artifacts: dict, why_none: dict) -> dict[str, Any]:  # fmt: skip
+def build_document(settings: Settings, facts: Any, gpus: tuple[Any, ...], results: list[CheckResult], name: str,
+                   reason: str, o: CertifyOptions, d: Deps, artifacts: dict, why_none: dict) -> dict[str, Any]:  # fmt: skip
     issued = d.now()
     tk = facts.toolkit
     node_fp = fp.Fingerprint(tuple(g.uuid for g in facts.gpus), facts.driver_version, tk.version_str if tk else None, artifacts)
-    sanitizer = (d.sanitizer_version or sanitizer_version)(tk)
+    sanitizer = (d.sanitizer_version or sanitizer_version)(settings)
     return {
         "schema": cert_mod.SCHEMA,
         "verdict": name,
@@ -183,20 +182,16 @@ def _result_doc(r: CheckResult) -> dict[str, Any]:
     return out
 
 
-def sanitizer_version(toolkit: Any) -> Optional[str]:
-    """compute-sanitizer's version (beside nvcc, else on PATH), or None when there is none."""
-    exe = None
-    if toolkit is not None:
-        beside = Path(toolkit.nvcc).parent / "compute-sanitizer"
-        exe = str(beside) if beside.is_file() else None
-    exe = exe or shutil.which("compute-sanitizer")
-    if exe is None:
-        return None
+def sanitizer_version(settings: Settings) -> Optional[str]:
+    """compute-sanitizer's version line (found as kdactl sanitize finds it), or None."""
+    from kdactl.errors import KdactlError
+    from kdactl.sanitize import find_sanitizer
+
     try:
-        proc = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
+        proc = subprocess.run([find_sanitizer(settings), "--version"], capture_output=True, text=True, timeout=30)
+    except (KdactlError, OSError, subprocess.SubprocessError):
         return None
-    lines = [ln.strip() for ln in proc.stdout.splitlines() if "Version" in ln or "version" in ln]
+    lines = [ln.strip() for ln in proc.stdout.splitlines() if "version" in ln.lower()]
     return lines[-1] if lines else None
 
 
