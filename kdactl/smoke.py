@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from kdactl.faults import perturb_output
 from kdactl.kda import KdaProblem, eligibility, prefill
+from kdactl.kda.inputs import random_inputs
 from kdactl.kda.routes import DeviceInfo
 from kdactl.reference import error_ratio, kda_recurrent
 
@@ -63,26 +63,10 @@ def ineligible_reason(route: str, row: SmokeRow, varlen: bool, device: DeviceInf
 
 
 def make_inputs(row: SmokeRow, varlen: bool, with_state: bool, device: torch.device, seed: int = 0):
-    """(inputs dict, initial state or None, cu_seqlens or None): normalized k, decaying g."""
-    B, T = (1, sum(row.lengths)) if varlen else (row.batch, row.seqlen)
-    H, D = row.heads, HEAD_DIM
-    n = len(row.lengths) if varlen else B
-    gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(B, T, H, D, generator=gen)
-    k = F.normalize(torch.randn(B, T, H, D, generator=gen), dim=-1)
-    v = torch.randn(B, T, H, D, generator=gen)
-    g = -torch.rand(B, T, H, D, generator=gen)
-    beta = torch.rand(B, T, H, generator=gen).sigmoid()
-    s0 = torch.randn(n, H, D, D, generator=gen) * 0.5 if with_state else None
-    bf16 = lambda x: x.to(device=device, dtype=torch.bfloat16)  # noqa: E731
-    x = dict(q=bf16(q), k=bf16(k), v=bf16(v), g=g.to(device), beta=beta.to(device))
-    cu = None
-    if varlen:
-        bounds = [0]
-        for length in row.lengths:
-            bounds.append(bounds[-1] + length)
-        cu = torch.tensor(bounds, dtype=torch.int32, device=device)
-    return x, (None if s0 is None else s0.to(device)), cu
+    """(inputs dict, initial state or None, cu_seqlens or None) of the row's fixed or varlen variant."""
+    lengths = row.lengths if varlen else None
+    return random_inputs(row.batch, row.seqlen, row.heads, HEAD_DIM, HEAD_DIM, lengths=lengths,
+                         device=device, seed=seed, with_state=with_state)  # fmt: skip
 
 
 @dataclass(frozen=True)

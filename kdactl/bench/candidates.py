@@ -16,10 +16,10 @@ import zlib
 from typing import Any, Sequence
 
 import torch
-import torch.nn.functional as F
 
 from kdactl.bench.model import UNAVAILABLE, Candidate, Check
 from kdactl.bench.suites import Shape
+from kdactl.kda.inputs import random_inputs
 
 log = logging.getLogger("kdactl.bench")
 
@@ -30,25 +30,13 @@ PEERS = ("fla",)
 
 
 def make_inputs(shape: Shape, device) -> dict[str, Any]:
-    """Deterministic per shape label (a seed from its CRC), generated on the device."""
-    gen = torch.Generator(device=device).manual_seed(zlib.crc32(shape.label.encode()))
-    B, T, H, K, V = shape.batch, shape.seqlen, shape.heads, shape.key_dim, shape.value_dim
-
-    def randn(*size):
-        return torch.randn(*size, generator=gen, device=device, dtype=torch.float32)
-
-    q = F.normalize(randn(B, T, H, K), p=2, dim=-1).to(torch.bfloat16)
-    k = F.normalize(randn(B, T, H, K), p=2, dim=-1).to(torch.bfloat16)
-    v = randn(B, T, H, V).to(torch.bfloat16)
-    g = F.logsigmoid(randn(B, T, H, K)).contiguous()
-    beta = randn(B, T, H).sigmoid().to(torch.bfloat16)
-    cu = None
-    if shape.seqlens is not None:
-        bounds = [0]
-        for n in shape.seqlens:
-            bounds.append(bounds[-1] + n)
-        cu = torch.tensor(bounds, dtype=torch.int64, device=device)
-    return dict(q=q, k=k, v=v, g=g, beta=beta, cu_seqlens=cu)
+    """Deterministic per shape label (a seed from its CRC), generated on the device, with fla's
+    test conventions: q and k normalized, g = logsigmoid(randn) in fp32, beta in bf16."""
+    x, _, cu = random_inputs(shape.batch, shape.seqlen, shape.heads, shape.key_dim, shape.value_dim,
+                             lengths=shape.seqlens, device=device, seed=zlib.crc32(shape.label.encode()),
+                             g_range=None, beta_dtype=torch.bfloat16, normalize_q=True,
+                             cu_dtype=torch.int64)  # fmt: skip
+    return dict(x, cu_seqlens=cu)
 
 
 def reference(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
