@@ -95,16 +95,7 @@ def kernel_library_spec(target: Target, csrc: Path | None = None) -> JitSpec:
         raise BuildError(f"no *.cu kernel sources in {root}")
     headers = tuple(sorted(p for p in root.rglob("*") if p.suffix in _HEADER_SUFFIXES and p.is_file()
                            and p not in sources and FAULTS_DIR not in p.relative_to(root).parts))
-    return JitSpec(
-        name=LIBRARY_NAME,
-        target=target,
-        root=root,
-        sources=sources,
-        headers=headers,
-        cflags=(target.gencode, f"-D{target.define}", *COMMON_CFLAGS),
-        ldflags=LDFLAGS,
-        include_dirs=(root,),
-    )
+    return _nvcc_spec(LIBRARY_NAME, target, root, sources, headers)
 
 
 def faults_library_spec(target: Target, csrc: Path | None = None) -> JitSpec:
@@ -119,8 +110,13 @@ def faults_library_spec(target: Target, csrc: Path | None = None) -> JitSpec:
     if not sources:
         raise BuildError(f"no *.cu positive-control sources in {root}")
     headers = tuple(sorted(p for p in root.rglob("*") if p.suffix in _HEADER_SUFFIXES and p.is_file() and p not in sources))
+    return _nvcc_spec(FAULTS_NAME, target, root, sources, headers)
+
+
+def _nvcc_spec(name: str, target: Target, root: Path, sources: tuple, headers: tuple) -> JitSpec:
+    """Every library kdactl builds gets the same flags: one -gencode, the target define, ours."""
     return JitSpec(
-        name=FAULTS_NAME,
+        name=name,
         target=target,
         root=root,
         sources=sources,
