@@ -148,5 +148,78 @@ def sanitize(
     _run(as_json, lambda s: sanitize_command(s, tools=tool, gpu=gpu, timeout_s=timeout))
 
 
+# ---------------------------------------------------------------------------------------------
+# fleet, slurm, k8s
+
+fleet_app = typer.Typer(help="Certificates from many nodes: ingest into a store, report per SKU.", no_args_is_help=True)
+slurm_app = typer.Typer(help="Drain this node in Slurm, and resume it only if kdactl drained it.", no_args_is_help=True)
+k8s_app = typer.Typer(help="Kubernetes: Node Feature Discovery labels from the cached certificate.", no_args_is_help=True)
+app.add_typer(fleet_app, name="fleet")
+app.add_typer(slurm_app, name="slurm")
+app.add_typer(k8s_app, name="k8s")
+DbOpt = typer.Option(None, "--db", help="Fleet store (SQLite; default <data dir>/fleet.db).")
+NodeOpt = typer.Option(None, "--node", help="Slurm node name (default SLURMD_NODENAME, else the short hostname).")
+
+
+@fleet_app.command("ingest")
+def fleet_ingest(
+    paths: list[Path] = typer.Argument(..., help="Certificate files, or directories of *.json certificates."),
+    db: Optional[Path] = DbOpt,
+    key_file: Optional[Path] = typer.Option(None, "--key-file", help="HMAC key file (default: KDACTL_CERT_KEY); a signature is then required."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Verify each certificate and store it (once per digest); exit 1 if any was rejected."""
+    from kdactl.fleet.store import ingest_command
+
+    _run(as_json, lambda s: ingest_command(s, paths, db, key_file))
+
+
+@fleet_app.command("report")
+def fleet_report(
+    fmt: str = typer.Option("table", "--format", help="table | markdown | json | html"),
+    since: Optional[str] = typer.Option(None, "--since", help="Only certificates issued at or after this ISO date/time."),
+    tolerance: float = typer.Option(0.10, "--tolerance", help="Drift: latest perf worse than the node's own median by more than this."),
+    db: Optional[Path] = DbOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Qualification per SKU, perf per SKU and shape (geomeans), and nodes failed, expired or drifted."""
+    from kdactl.fleet.report import report_command
+
+    _run(as_json, lambda s: report_command(s, db, fmt, since, tolerance))
+
+
+@slurm_app.command("drain")
+def slurm_drain(
+    reason: Optional[str] = typer.Option(None, "--reason", help="Why; stored as 'kdactl: <reason>'."),
+    node: Optional[str] = NodeOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Drain this node with a reason that starts 'kdactl:' (an operator's drain is left as it is)."""
+    from kdactl.slurm import drain_command
+
+    _run(as_json, lambda s: drain_command(s, reason, node))
+
+
+@slurm_app.command("resume")
+def slurm_resume(node: Optional[str] = NodeOpt, as_json: bool = JsonOpt) -> None:
+    """Resume this node only if its drain reason starts 'kdactl:' (never an operator's drain)."""
+    from kdactl.slurm import resume_command
+
+    _run(as_json, lambda s: resume_command(s, node))
+
+
+@k8s_app.command("labels")
+def k8s_labels(
+    features_dir: Path = typer.Option(..., "--features-dir", help="NFD features.d directory to write the 'kdactl' feature file into."),
+    cert: Optional[Path] = typer.Option(None, "--cert", help="Certificate (default <data dir>/cert.json)."),
+    key_file: Optional[Path] = typer.Option(None, "--key-file", help="HMAC key file (default: KDACTL_CERT_KEY)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Write kdactl.io/certified, kernel-target and cert-expiry labels for Node Feature Discovery."""
+    from kdactl.k8s import labels_command
+
+    _run(as_json, lambda s: labels_command(s, features_dir, cert, key_file))
+
+
 def main() -> None:
     app()
