@@ -15,9 +15,13 @@ from pathlib import Path
 DAEMONS = ("munged", "slurmctld", "slurmd", "scontrol", "sinfo")
 
 
+def _bin(name: str) -> str | None:
+    return shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"]))
+
+
 def missing() -> str | None:
     """Why the cluster cannot start here, or None."""
-    absent = [d for d in DAEMONS if shutil.which(d) is None]
+    absent = [d for d in DAEMONS if _bin(d) is None]
     if absent:
         return f"{', '.join(absent)} not installed (apt-get install slurm-wlm munge)"
     if os.geteuid() != 0:
@@ -67,6 +71,7 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(timeout=5)
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _conf(root: Path, node: str, sock: Path) -> str:
@@ -117,11 +122,11 @@ def start(timeout_s: float = 60.0) -> SlurmCluster:
         cluster.procs.append(subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
 
     try:
-        spawn(["munged", "-F", "-f", f"--key-file={key}", f"--socket={sock}", f"--pid-file={root}/munge/munged.pid",
+        spawn([_bin("munged"), "-F", "-f", f"--key-file={key}", f"--socket={sock}", f"--pid-file={root}/munge/munged.pid",
                f"--log-file={root}/munged.log", f"--seed-file={root}/munge/seed"], "munged.out.log")  # fmt: skip
         _wait(lambda: sock.exists(), 15, "munged socket", cluster)
-        spawn(["slurmctld", "-D", "-c", "-f", str(root / "slurm.conf")], "slurmctld.out.log")
-        spawn(["slurmd", "-D", "-f", str(root / "slurm.conf")], "slurmd.out.log")
+        spawn([_bin("slurmctld"), "-D", "-c", "-f", str(root / "slurm.conf")], "slurmctld.out.log")
+        spawn([_bin("slurmd"), "-D", "-f", str(root / "slurm.conf")], "slurmd.out.log")
         _wait(lambda: _idle(cluster), timeout_s, f"node {node} idle in sinfo", cluster)
     except BaseException:
         cluster.stop()

@@ -26,6 +26,8 @@ exec {sys.executable} -m kdactl "$@"
 @pytest.fixture(scope="module")
 def cluster():
     why = slurm_cluster.missing()
+    if why and os.environ.get("KDACTL_REQUIRE_SLURM"):
+        pytest.fail(f"KDACTL_REQUIRE_SLURM is set (CI) but there is no local Slurm: {why}")
     if why:
         pytest.skip(f"no local Slurm: {why}")
     c = slurm_cluster.start()
