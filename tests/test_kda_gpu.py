@@ -145,5 +145,9 @@ def test_torch_compile_sees_one_op():
 def test_bad_device_input_rejected_before_launch():
     x, _ = make_inputs(1, 16, 2, device="cuda")
     x["g"] = x["g"].cpu()
-    with pytest.raises(ValueError, match="g must be on cuda:0 like q"):
+    with pytest.raises(ValueError, match="g must be on a CUDA device, got cpu"):
+        prefill(**x)
+    x["g"] = x["g"].cuda()
+    x["beta"] = x["beta"][:, :, :1].contiguous()
+    with pytest.raises(ValueError, match="beta must have shape"):
         prefill(**x)

@@ -24,8 +24,10 @@ def kernels():
     return load_kernels(Settings.from_env())
 
 
-def device_info(device: torch.device) -> DeviceInfo:
-    return _device_info(device.index if device.index is not None else torch.cuda.current_device())
+def device_info(device: torch.device | int) -> DeviceInfo:
+    """Routing facts of a CUDA device (a torch.device or an index)."""
+    index = device if isinstance(device, int) else device.index
+    return _device_info(index if index is not None else torch.cuda.current_device())
 
 
 @functools.lru_cache(maxsize=None)

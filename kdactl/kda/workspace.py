@@ -16,9 +16,11 @@ from kdactl.kda.problem import capturing
 
 class KdaWorkspace:
     def __init__(self, device: torch.device | str | int | None = None, nbytes: int = 0):
-        self.device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
-        if self.device.type != "cuda":
-            raise ValueError(f"KdaWorkspace: device must be a CUDA device, got {self.device}")
+        device = torch.device("cuda") if device is None else torch.device(device)
+        if device.type != "cuda":
+            raise ValueError(f"KdaWorkspace: device must be a CUDA device, got {device}")
+        # "cuda" means the current device; pin its index so that it compares equal to q.device.
+        self.device = device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
         self.buffer = torch.empty(nbytes, dtype=torch.uint8, device=self.device) if nbytes else None
         self.stream: Optional[int] = None  # eager stream bound on first use
         self.capture_id: Optional[int] = None  # graph capture that owns it
