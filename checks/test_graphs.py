@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kdactl.kda import KdaWorkspace, prefill
-from kdactl.smoke import SmokeRow, make_inputs
+from kdactl.smoke import SmokeRow, make_inputs, replay_equals_eager
 
 pytestmark = pytest.mark.gpu
 ROW = SmokeRow("decode_like", 1, 157, 4, (60, 0, 97))  # captured varlen, with an empty sequence
@@ -30,16 +30,7 @@ def test_capture_replay_equals_eager(device):
         prefill(**x, **call)
     for seed in range(5, 5 + REPLAYS):
         fresh, s_fresh, _ = make_inputs(ROW, True, True, device, seed=seed)
-        for name, t in fresh.items():
-            x[name].copy_(t)
-        s0.copy_(s_fresh)
-        o.fill_(float("nan"))
-        s.fill_(float("nan"))
-        graph.replay()
-        o_eager, s_eager = prefill(**x, initial_state=s0, output_final_state=True, cu_seqlens=cu)
-        torch.cuda.synchronize(device)
-        assert torch.isfinite(o.float()).all() and torch.isfinite(s).all(), f"replay {seed}: NaN left in the outputs"
-        assert torch.equal(o, o_eager) and torch.equal(s, s_eager), f"replay {seed}: differs from eager"
+        replay_equals_eager(graph, x, s0, cu, o, s, (fresh, s_fresh))
 
 
 def test_workspace_refuses_second_stream(device):

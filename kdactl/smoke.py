@@ -95,3 +95,19 @@ def run_smoke(route: str, row: SmokeRow, varlen: bool, with_state: bool, device:
     o = perturb_output(route, o)
     o_ref, s_ref = kda_recurrent(**x, initial_state=s0, cu_seqlens=cu, device=ref_device)
     return SmokeResult(route, error_ratio(o_ref, o), error_ratio(s_ref, state))
+
+
+def replay_equals_eager(graph, x, s0, cu, o, s, fresh) -> None:
+    """Copy ``fresh`` = (inputs, initial state) into the captured tensors in place, poison the
+    outputs with NaN, replay ``graph`` and hold (o, s) to an eager call on the same inputs."""
+    inputs, state = fresh
+    for name, t in inputs.items():
+        x[name].copy_(t)
+    s0.copy_(state)
+    o.fill_(float("nan"))
+    s.fill_(float("nan"))
+    graph.replay()
+    o_eager, s_eager = prefill(**x, initial_state=s0, output_final_state=True, cu_seqlens=cu)
+    torch.cuda.synchronize(o.device)
+    assert torch.isfinite(o.float()).all() and torch.isfinite(s).all(), "replay left NaN in the outputs"
+    assert torch.equal(o, o_eager) and torch.equal(s, s_eager), "replay differs from eager"

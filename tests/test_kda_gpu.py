@@ -8,6 +8,7 @@ import torch
 
 from kdactl.kda import prefill, KdaWorkspace
 from kdactl.reference import error_ratio, kda_recurrent
+from kdactl.smoke import replay_equals_eager
 from tests.kda_inputs import cu_seqlens_of, make_inputs
 
 pytestmark = pytest.mark.gpu
@@ -99,16 +100,7 @@ def test_cuda_graph_capture_replay_after_inputs_change():
     with torch.cuda.graph(graph):
         prefill(**x, initial_state=s0, output_final_state=True, cu_seqlens=cu, out=(o, s), workspace=ws)
     for seed in (7, 8, 9):
-        fresh, s_fresh = make_inputs(1, 777, 4, device="cuda", state_n=2, seed=seed)
-        for name, t in fresh.items():
-            x[name].copy_(t)
-        s0.copy_(s_fresh)
-        o.fill_(float("nan"))
-        s.fill_(float("nan"))
-        graph.replay()
-        o_eager, s_eager = prefill(**x, initial_state=s0, output_final_state=True, cu_seqlens=cu)
-        torch.cuda.synchronize()
-        assert torch.equal(o, o_eager) and torch.equal(s, s_eager)
+        replay_equals_eager(graph, x, s0, cu, o, s, make_inputs(1, 777, 4, device="cuda", state_n=2, seed=seed))
     o_ref, s_ref = kda_recurrent(**x, initial_state=s0, cu_seqlens=cu, device="cuda")
     assert error_ratio(o_ref, o) <= TOL and error_ratio(s_ref, s) <= TOL
 
