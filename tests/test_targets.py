@@ -1,0 +1,71 @@
+"""The SPEC target policy, row by row, plus the KDACTL_CUDA_ARCH override and target names."""
+
+import pytest
+
+from kdactl.errors import UnsupportedTarget, UsageError
+from kdactl.targets import TARGETS, get_target, parse_target_list, resolve_target, select_target, target_runs_on
+
+# (cc, cuda) -> target, one case per SPEC row and its edges.
+SUPPORTED = [
+    ((9, 0), (12, 0), "sm_90a"), ((9, 0), (13, 0), "sm_90a"),
+    ((10, 0), (12, 8), "sm_100a"),
+    ((10, 0), (12, 9), "sm_100f"), ((10, 0), (13, 0), "sm_100f"),
+    ((10, 3), (12, 9), "sm_100f"), ((10, 3), (13, 0), "sm_100f"),
+    ((12, 0), (12, 8), "sm_120a"),
+    ((12, 0), (12, 9), "sm_120f"), ((12, 0), (13, 0), "sm_120f"),
+    ((8, 0), (12, 0), "sm_80"), ((8, 6), (12, 4), "sm_80"), ((8, 9), (13, 0), "sm_80"),
+]  # fmt: skip
+UNSUPPORTED = [
+    ((9, 0), (11, 8)),  # toolkit too old for anything
+    ((10, 0), (12, 6)),  # 10.0 needs 12.8
+    ((10, 3), (12, 8)),  # 10.3 < 12.9 is unsupported
+    ((12, 0), (12, 6)),
+    ((7, 5), (13, 0)),  # Turing
+    ((8, 7), (13, 0)),  # Jetson Orin: not in the table
+    ((11, 0), (13, 0)),
+    ((12, 1), (13, 0)),
+]
+
+
+@pytest.mark.parametrize("cc,cuda,target", SUPPORTED, ids=[f"cc{c[0]}.{c[1]}-cuda{u[0]}.{u[1]}" for c, u, _ in SUPPORTED])
+def test_supported_rows(cc, cuda, target):
+    assert select_target(cc, cuda) == target
+    assert target_runs_on(target, cc)
+
+
+@pytest.mark.parametrize("cc,cuda", UNSUPPORTED, ids=[f"cc{c[0]}.{c[1]}-cuda{u[0]}.{u[1]}" for c, u in UNSUPPORTED])
+def test_unsupported_rows_raise_with_reason(cc, cuda):
+    with pytest.raises(UnsupportedTarget, match=r"\d+\.\d+"):
+        select_target(cc, cuda)
+
+
+def test_unsupported_is_inconclusive_exit_3():
+    with pytest.raises(UnsupportedTarget) as info:
+        select_target((7, 0), (13, 0))
+    assert info.value.exit_code == 3
+
+
+def test_override_wins_even_where_the_policy_has_no_target():
+    assert resolve_target((9, 0), (13, 0), "sm_100f") == "sm_100f"
+    assert resolve_target((7, 5), (11, 0), "sm_80") == "sm_80"
+    assert resolve_target((9, 0), (13, 0), None) == "sm_90a"
+
+
+def test_unknown_override_is_usage_error():
+    with pytest.raises(UsageError, match="unknown kernel target 'sm_91'"):
+        resolve_target((9, 0), (13, 0), "sm_91")
+
+
+def test_each_target_has_exactly_one_gencode_and_its_define():
+    for name, t in TARGETS.items():
+        assert t.gencode.startswith("-gencode=") and t.gencode.count("-gencode") == 1
+        assert name.replace("sm_", "") in t.gencode
+        assert t.define == "KDACTL_TARGET_" + name.upper().replace("_", "")
+
+
+def test_parse_target_list():
+    assert [t.name for t in parse_target_list(" sm_90a, sm_100f ,sm_90a")] == ["sm_90a", "sm_100f"]
+    with pytest.raises(UsageError, match="at least one"):
+        parse_target_list(" , ")
+    with pytest.raises(UsageError, match="unknown kernel target"):
+        get_target("sm_75")
