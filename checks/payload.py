@@ -25,7 +25,6 @@ def run(faults_lib: str | None) -> int:
     from kdactl.jit.selftest import run_selftest
     from kdactl.kda import ROUTES
     from kdactl.kda.op import device_info, kernels
-    from kdactl.smoke import PAYLOAD_ROWS, ineligible_reason, run_smoke
 
     if not torch.cuda.is_available():
         print(f"{ERROR} no CUDA GPU visible", flush=True)
@@ -34,20 +33,10 @@ def run(faults_lib: str | None) -> int:
     lib, info = kernels(), device_info(device)
     wrong: list[str] = []
     selftest = run_selftest(lib, device.index, n=SELFTEST_N)
-    launches, ran = 1, []
     if not selftest.passed:
         wrong.append(f"self-test: {selftest.mismatches} values wrong, first {selftest.first_mismatch}")
-    for row in PAYLOAD_ROWS:
-        for route in ROUTES:
-            for varlen in (False, True):
-                for state in (False, True):
-                    if ineligible_reason(route, row, varlen, info) is not None:
-                        continue
-                    result = run_smoke(route, row, varlen, state, device, ref_device="cpu")
-                    launches += 1
-                    ran.append(route)
-                    if not result.ok:
-                        wrong.append(f"{row.name} {'varlen' if varlen else 'fixed'} state={state}: {result.describe()}")
+    ran = _route_smokes(info, device, wrong)
+    launches = 1 + len(ran)
     if faults.wants_sanitizer_fault():
         from kdactl.jit.faultlib import run_fault
 
@@ -65,6 +54,26 @@ def run(faults_lib: str | None) -> int:
         return 3
     print(f"{OK} routes={','.join(dict.fromkeys(ran))} kernels={launches}", flush=True)
     return 0
+
+
+def _route_smokes(info, device, wrong: list[str]) -> list[str]:
+    """Every eligible route on every payload row, fixed and varlen, with and without state.
+    Appends a line per wrong result to ``wrong``; returns the route of every smoke that ran."""
+    from kdactl.kda import ROUTES
+    from kdactl.smoke import PAYLOAD_ROWS, ineligible_reason, run_smoke
+
+    ran = []
+    for row in PAYLOAD_ROWS:
+        for route in ROUTES:
+            for varlen in (False, True):
+                for state in (False, True):
+                    if ineligible_reason(route, row, varlen, info) is not None:
+                        continue
+                    result = run_smoke(route, row, varlen, state, device, ref_device="cpu")
+                    ran.append(route)
+                    if not result.ok:
+                        wrong.append(f"{row.name} {'varlen' if varlen else 'fixed'} state={state}: {result.describe()}")
+    return ran
 
 
 def main(argv: list[str] | None = None) -> int:
