@@ -75,10 +75,7 @@ def kda_prefill_(
     for name, t in tensors.items():
         if t is not None and t.numel() and t.data_ptr() % 16:
             raise ValueError(f"kdactl.kda.prefill: {name} must be 16-byte aligned")
-    B, T, H, K = q.shape
-    num_seqs = cu_seqlens.numel() - 1 if cu_seqlens is not None else B
-    problem = KdaProblem(B, T, H, K, v.shape[-1], num_seqs, cu_seqlens is not None,
-                         g.dtype == torch.bfloat16, beta.dtype == torch.bfloat16)  # fmt: skip
+    problem = KdaProblem.of(q, v, g, beta, cu_seqlens)
     route = decide_route(problem, device_info(q.device), route).route
     lib = kernels()
     args = _args(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, tuning, problem)

@@ -30,6 +30,14 @@ class KdaProblem:
     g_bf16: bool
     beta_bf16: bool
 
+    @classmethod
+    def of(cls, q, v, g, beta, cu_seqlens=None) -> "KdaProblem":
+        """The facts of already-validated tensors."""
+        B, T, H, K = q.shape
+        num_seqs = cu_seqlens.numel() - 1 if cu_seqlens is not None else B
+        return cls(B, T, H, K, v.shape[-1], num_seqs, cu_seqlens is not None,
+                   g.dtype == torch.bfloat16, beta.dtype == torch.bfloat16)  # fmt: skip
+
 
 def capturing(device: torch.device) -> bool:
     """Whether the current stream of ``device`` is capturing a CUDA graph (never, off the GPU)."""
@@ -98,7 +106,7 @@ def validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, require_cuda
     if initial_state is not None:
         check("initial_state", initial_state, (torch.float32,), 4)
         _check_shape("initial_state", initial_state, (num_seqs, H, K, V))
-    return KdaProblem(B, T, H, K, V, num_seqs, cu_seqlens is not None, g.dtype == torch.bfloat16, beta.dtype == torch.bfloat16)
+    return KdaProblem.of(q, v, g, beta, cu_seqlens)
 
 
 def _check_cu_seqlens(cu, B, T, dev, runtime=True) -> int:
