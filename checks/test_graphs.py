@@ -23,7 +23,7 @@ def test_capture_replay_equals_eager(device):
     s = torch.empty_like(s0)
     ws = KdaWorkspace(device)
     call = dict(initial_state=s0, output_final_state=True, cu_seqlens=cu, out=(o, s), workspace=ws)
-    prefill(**x, **call)  # warm up: sizes the workspace, loads the library
+    prefill(**x, **call)  # warm up: loads the library, binds the workspace
     torch.cuda.synchronize(device)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

@@ -1,8 +1,9 @@
 """A caller-owned, reusable workspace, so that prefill can be captured in a CUDA graph.
 
-A workspace is scratch memory for the routes that need it, plus the rules that keep two users of
-that memory apart: eager calls are bound to the first stream that used it, and once a CUDA graph
-capture has used it, that graph owns it (a replay would race any other user).
+A workspace carries the rules that keep two users of a route's scratch state apart: eager calls are
+bound to the first stream that used it, and once a CUDA graph capture has used it, that graph owns
+it (a replay would race any other user). The direct route needs no scratch memory; routes that do
+will keep theirs here, allocated before capture.
 """
 
 from __future__ import annotations
@@ -15,13 +16,12 @@ from kdactl.kda.problem import capturing
 
 
 class KdaWorkspace:
-    def __init__(self, device: torch.device | str | int | None = None, nbytes: int = 0):
+    def __init__(self, device: torch.device | str | int | None = None):
         device = torch.device("cuda") if device is None else torch.device(device)
         if device.type != "cuda":
             raise ValueError(f"KdaWorkspace: device must be a CUDA device, got {device}")
         # "cuda" means the current device; pin its index so that it compares equal to q.device.
         self.device = device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
-        self.buffer = torch.empty(nbytes, dtype=torch.uint8, device=self.device) if nbytes else None
         self.stream: Optional[int] = None  # eager stream bound on first use
         self.capture_id: Optional[int] = None  # graph capture that owns it
 
@@ -46,18 +46,6 @@ class KdaWorkspace:
                 f"kdactl.kda.prefill: workspace is bound to stream {self.stream:#x} and was used from stream "
                 f"{stream:#x}; give each stream its own KdaWorkspace"
             )
-
-    def scratch(self, nbytes: int) -> torch.Tensor:
-        """At least nbytes of scratch; grows only outside capture (a capture cannot allocate)."""
-        if self.buffer is None or self.buffer.numel() < nbytes:
-            if capturing(self.device):
-                have = 0 if self.buffer is None else self.buffer.numel()
-                raise ValueError(
-                    f"kdactl.kda.prefill: workspace holds {have} bytes, this call needs {nbytes}; size it "
-                    "before capture (KdaWorkspace(nbytes=...) or one eager call)"
-                )
-            self.buffer = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
-        return self.buffer[:nbytes]
 
 
 def _capture_id(stream: int) -> int:
