@@ -40,3 +40,6 @@
 
 // After a launch: report a bad configuration at once instead of at the next sync.
 static inline int kdactl_launch_status() { return (int)cudaGetLastError(); }
+
+// Workspace sizes of the routes that need one (0 for an unsupported shape); library.cu dispatches.
+uint64_t kdactl_chunk_workspace_bytes(const kdactl_kda_args& a);

@@ -17,20 +17,13 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <type_traits>
-#include "common.cuh"
+#include "device.cuh"
 
 namespace kdactl {
 namespace direct {
 
 constexpr int kTile = 16;   // tokens staged per pipeline step
 constexpr unsigned kFull = 0xffffffffu;
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
 
 // Sum NV per-lane values over the 32 lanes of a warp. While more than one value is left, each
 // butterfly step halves what a lane carries (it keeps the half its mask bit selects and adds the
@@ -72,25 +65,6 @@ struct Stage {
   GType g[kTile][K];
   float beta[kTile];
 };
-
-// Sequence bounds of work item n: [bos, eos) in token rows of the flattened [B*T] layout.
-__device__ __forceinline__ void sequence_bounds(const kdactl_kda_args& a, int n, int64_t& bos, int64_t& eos) {
-  if (a.cu_seqlens == nullptr) {
-    bos = static_cast<int64_t>(n) * a.seqlen;
-    eos = bos + a.seqlen;
-  } else if (a.cu_seqlens_is_int32) {
-    bos = static_cast<const int32_t*>(a.cu_seqlens)[n];
-    eos = static_cast<const int32_t*>(a.cu_seqlens)[n + 1];
-  } else {
-    bos = static_cast<const int64_t*>(a.cu_seqlens)[n];
-    eos = static_cast<const int64_t*>(a.cu_seqlens)[n + 1];
-  }
-}
-
-__device__ __forceinline__ float load_beta(const kdactl_kda_args& a, int64_t idx) {
-  return a.beta_is_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(a.beta)[idx])
-                        : static_cast<const float*>(a.beta)[idx];
-}
 
 // Grid: (V / (warps * kCols), H, N). Block: warps * 32 threads.
 template <int K, int kCols, bool kGBf16>

@@ -8,7 +8,7 @@
 extern "C" {
 #endif
 
-#define KDACTL_ABI_VERSION 1
+#define KDACTL_ABI_VERSION 2
 
 // kdactl's own error codes, above the cudaError_t range.
 #define KDACTL_ERR_WRONG_DEVICE 10001   // device compute capability cannot run this build's target
@@ -53,10 +53,18 @@ typedef struct {
   int32_t cu_seqlens_is_int32;  // 0: int64 cu_seqlens, 1: int32
   int32_t tuning;               // route-specific variant for benchmarks; 0 = the launcher's choice
   float scale;
+  void* workspace;              // route scratch memory (kdactl_kda_workspace_bytes); may be NULL when 0
+  uint64_t workspace_bytes;     // its size
 } kdactl_kda_args;
+
+// Scratch memory `route` ("direct", "chunk", ...) needs for these shapes (pointers are not read).
+int kdactl_kda_workspace_bytes(const kdactl_kda_args* args, const char* route, uint64_t* bytes);
 
 // Route "direct": token-serial recurrence, state on chip, V columns split across CTAs.
 int kdactl_kda_direct(const kdactl_kda_args* args, void* stream);
+// Route "chunk": the chunked WY/UT form on tensor cores (a prepare pass, then the state recurrence).
+// K == V in {64, 128}; needs a workspace.
+int kdactl_kda_chunk(const kdactl_kda_args* args, void* stream);
 
 #ifdef __cplusplus
 }

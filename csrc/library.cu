@@ -1,4 +1,5 @@
 // Library-wide entry points: ABI version, target name, error strings, device check.
+#include <string.h>
 #include "common.cuh"
 
 extern "C" int kdactl_abi_version(void) { return KDACTL_ABI_VERSION; }
@@ -36,5 +37,17 @@ extern "C" int kdactl_stream_capture_id(void* stream, unsigned long long* id) {
   unsigned long long capture = 0;
   KDACTL_TRY(cudaStreamGetCaptureInfo(static_cast<cudaStream_t>(stream), &status, &capture));
   *id = (status == cudaStreamCaptureStatusActive) ? capture : 0ULL;
+  return 0;
+}
+
+extern "C" int kdactl_kda_workspace_bytes(const kdactl_kda_args* args, const char* route, uint64_t* bytes) {
+  if (args == nullptr || route == nullptr || bytes == nullptr) return KDACTL_ERR_BAD_ARGUMENT;
+  if (strcmp(route, "direct") == 0) {
+    *bytes = 0;
+  } else if (strcmp(route, "chunk") == 0) {
+    *bytes = kdactl_chunk_workspace_bytes(*args);
+  } else {
+    return KDACTL_ERR_BAD_ARGUMENT;
+  }
   return 0;
 }

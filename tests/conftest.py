@@ -26,6 +26,8 @@ def pytest_collection_modifyitems(config, items):
 TINY_KDA_STUB = """// Test stub: the tiny library has every ABI entry point but no KDA kernel.
 #include "common.cuh"
 extern "C" int kdactl_kda_direct(const kdactl_kda_args*, void*) { return KDACTL_ERR_UNSUPPORTED; }
+extern "C" int kdactl_kda_chunk(const kdactl_kda_args*, void*) { return KDACTL_ERR_UNSUPPORTED; }
+uint64_t kdactl_chunk_workspace_bytes(const kdactl_kda_args&) { return 0; }
 """
 
 

@@ -24,7 +24,7 @@ from kdactl.targets import get_target, select_target, target_runs_on
 
 log = logging.getLogger("kdactl.jit")
 
-ABI_VERSION = 1  # KDACTL_ABI_VERSION in csrc/kdactl_api.h
+ABI_VERSION = 2  # KDACTL_ABI_VERSION in csrc/kdactl_api.h
 KDACTL_ERR_WRONG_DEVICE = 10001
 
 ToolkitProvider = Callable[[str], Toolkit]
@@ -54,6 +54,8 @@ class KdaArgs(ctypes.Structure):
         ("cu_seqlens_is_int32", ctypes.c_int32),
         ("tuning", ctypes.c_int32),
         ("scale", ctypes.c_float),
+        ("workspace", ctypes.c_void_p),  # void*, route scratch memory
+        ("workspace_bytes", ctypes.c_uint64),
     ]
 
 
@@ -68,7 +70,10 @@ SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "kdactl_check_device": ([], ctypes.c_int),
     "kdactl_selftest": ([ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p], ctypes.c_int),
     "kdactl_stream_capture_id": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_ulonglong)], ctypes.c_int),
+    "kdactl_kda_workspace_bytes": (
+        [ctypes.POINTER(KdaArgs), ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64)], ctypes.c_int),
     "kdactl_kda_direct": _KDA_ROUTE_SIGNATURE,
+    "kdactl_kda_chunk": _KDA_ROUTE_SIGNATURE,
 }
 
 
@@ -110,6 +115,13 @@ class Kernels:
         """The id of the CUDA graph capture under way on ``stream`` (0 when not capturing)."""
         out = ctypes.c_ulonglong(0)
         self.check(self.lib.kdactl_stream_capture_id(ctypes.c_void_p(stream), ctypes.byref(out)), "capture id")
+        return out.value
+
+    def workspace_bytes(self, route: str, args: KdaArgs) -> int:
+        """Scratch bytes ``route`` needs for the shapes in ``args`` (its pointers are not read)."""
+        out = ctypes.c_uint64(0)
+        rc = self.lib.kdactl_kda_workspace_bytes(ctypes.byref(args), route.encode(), ctypes.byref(out))
+        self.check(rc, f"workspace size of route {route!r}")
         return out.value
 
     def kda_route(self, route: str) -> Any:

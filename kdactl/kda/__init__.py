@@ -26,17 +26,21 @@ def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_st
     """
     import torch
 
-    from kdactl.kda.op import device_info, kda_prefill_
+    from kdactl.kda.op import device_info, kda_prefill_, workspace_bytes
 
     eager = not torch.compiler.is_compiling()  # tracing reads no pointers; the op checks at run time
     problem = validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, runtime=eager)
-    if eager:
-        decide_route(problem, device_info(q.device), route)  # an ineligible forced route fails here
     o, final_state = _outputs(out, q, v, problem, output_final_state, eager)
-    if workspace is not None and eager:
-        workspace.claim(q.device)
+    scratch = None
+    if eager:
+        chosen = decide_route(problem, device_info(q.device), route).route  # an ineligible forced route fails here
+        if workspace is not None:
+            workspace.claim(q.device)
+            scratch = workspace.reserve(workspace_bytes(problem, chosen))
+    elif workspace is not None:
+        scratch = workspace.buffer
     scale = problem.key_dim**-0.5 if scale is None else float(scale)
-    kda_prefill_(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, route, int(tuning))
+    kda_prefill_(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scratch, scale, route, int(tuning))
     return o, final_state
 
 

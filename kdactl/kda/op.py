@@ -40,7 +40,8 @@ def _ptr(x: Optional[torch.Tensor]) -> Optional[int]:
     return None if x is None else x.data_ptr()
 
 
-def _args(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, tuning, p: KdaProblem):
+def _args(p: KdaProblem, q=None, k=None, v=None, g=None, beta=None, initial_state=None, cu_seqlens=None,
+          o=None, final_state=None, scale=1.0, tuning=0):  # fmt: skip
     from kdactl.jit.library import KdaArgs
 
     return KdaArgs(
@@ -53,7 +54,12 @@ def _args(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, tu
     )  # fmt: skip
 
 
-@torch.library.custom_op("kdactl::kda_prefill_", mutates_args=("o", "final_state"), device_types="cuda")
+def workspace_bytes(problem: KdaProblem, route: str) -> int:
+    """Scratch bytes ``route`` needs for this problem (the kernel library says; 0 for most routes)."""
+    return kernels().workspace_bytes(route, _args(problem))
+
+
+@torch.library.custom_op("kdactl::kda_prefill_", mutates_args=("o", "final_state", "workspace"), device_types="cuda")
 def kda_prefill_(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -64,12 +70,14 @@ def kda_prefill_(
     cu_seqlens: Optional[torch.Tensor],
     o: torch.Tensor,
     final_state: Optional[torch.Tensor],
+    workspace: Optional[torch.Tensor],
     scale: float,
     route: str,
     tuning: int,
 ) -> None:
     """Launch ``route`` ("auto" resolved here) on the current stream. kdactl.kda.prefill validated
-    the inputs; the pointer checks it skips while torch.compile traces are repeated here."""
+    the inputs; the pointer checks it skips while torch.compile traces are repeated here.
+    ``workspace`` is a uint8 scratch buffer; one is allocated here when it is missing or too small."""
     tensors = dict(q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, cu_seqlens=cu_seqlens,
                    o=o, final_state=final_state)  # fmt: skip
     for name, t in tensors.items():
@@ -78,7 +86,12 @@ def kda_prefill_(
     problem = KdaProblem.of(q, v, g, beta, cu_seqlens)
     route = decide_route(problem, device_info(q.device), route).route
     lib = kernels()
-    args = _args(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, tuning, problem)
+    args = _args(problem, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, tuning)
+    need = lib.workspace_bytes(route, args)
+    if need and (workspace is None or workspace.numel() < need):
+        workspace = torch.empty(need, dtype=torch.uint8, device=q.device)
+    if need:
+        args.workspace, args.workspace_bytes = workspace.data_ptr(), workspace.numel()
     stream = torch.cuda.current_stream(q.device).cuda_stream
     with torch.cuda.device(q.device):
         rc = lib.kda_route(route)(ctypes.byref(args), ctypes.c_void_p(stream))
@@ -86,5 +99,5 @@ def kda_prefill_(
 
 
 @kda_prefill_.register_fake
-def _(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, route, tuning) -> None:
+def _(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, scale, route, tuning) -> None:
     return None

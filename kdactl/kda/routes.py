@@ -1,8 +1,9 @@
 """Route selection: a pure function of the problem's shape and layout and the device's facts.
 
-Each route has an eligibility rule that returns None (eligible) or the reason it is not; the
-selector takes the first eligible route in order of preference and reports why it passed over the
-others. A forced route that is not eligible raises ValueError with that reason.
+Each route has an eligibility rule that returns None (eligible: it can run the problem) or the
+reason it cannot; ``preference`` orders the routes by measured speed for the problem's shape. The
+selector takes the first eligible route in that order and reports why it passed over the others. A
+forced route that is not eligible raises ValueError with that reason.
 """
 
 from __future__ import annotations
@@ -35,11 +36,37 @@ def _direct(p: KdaProblem, dev: DeviceInfo) -> Optional[str]:
     return None  # the token-serial route runs every valid problem
 
 
-# In order of preference: the first eligible route wins.
+def _chunk(p: KdaProblem, dev: DeviceInfo) -> Optional[str]:
+    if p.key_dim != p.value_dim:
+        return f"needs K == V, got K={p.key_dim} V={p.value_dim}"
+    return None  # validation already limits K and V to 64 or 128
+
+
 RULES: dict[str, Rule] = {
     "direct": _direct,
+    "chunk": _chunk,
 }
 ROUTES: tuple[str, ...] = tuple(RULES)
+
+# The chunked route wins once sequences average this many tokens (csrc/PERF.md, measured on the
+# H200): below it the direct route's single launch beats the chunked route's two.
+CHUNK_MIN_TOKENS = 32
+
+
+def tokens_per_sequence(p: KdaProblem) -> float:
+    """Mean tokens per sequence: the shape fact that decides between the routes (varlen lengths are
+    on the device, and routing must not synchronize)."""
+    return p.batch * p.seqlen / p.num_seqs if p.num_seqs else 0.0
+
+
+def preference(p: KdaProblem, dev: DeviceInfo) -> tuple[tuple[str, str], ...]:
+    """Every route, fastest first, each with why it ranks where it does."""
+    tps = tokens_per_sequence(p)
+    if tps >= CHUNK_MIN_TOKENS:
+        why = f"{tps:.0f} tokens per sequence >= {CHUNK_MIN_TOKENS}"
+        return ("chunk", why), ("direct", f"slower than chunk at {why}")
+    why = f"{tps:.0f} tokens per sequence < {CHUNK_MIN_TOKENS}"
+    return ("direct", why), ("chunk", f"slower than direct at {why}")
 
 
 def eligibility(problem: KdaProblem, device: DeviceInfo) -> dict[str, Optional[str]]:
@@ -57,10 +84,16 @@ def decide_route(problem: KdaProblem, device: DeviceInfo, route: str = "auto") -
             raise ValueError(f"kdactl.kda.prefill: route {route!r} is not eligible: {verdicts[route]}")
         return RouteDecision(route, {r: "not requested" for r in RULES if r != route})
     rejected: dict[str, str] = {}
-    for name, reason in verdicts.items():
-        if reason is None:
-            return RouteDecision(name, rejected)
-        rejected[name] = reason
+    chosen = None
+    for name, why in preference(problem, device):
+        if verdicts[name] is not None:
+            rejected[name] = verdicts[name]
+        elif chosen is None:
+            chosen = name
+        else:
+            rejected[name] = why
+    if chosen is not None:
+        return RouteDecision(chosen, rejected)
     raise ValueError(f"kdactl.kda.prefill: no route can run this problem: {rejected}")
 
 

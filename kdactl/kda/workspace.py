@@ -2,8 +2,8 @@
 
 A workspace carries the rules that keep two users of a route's scratch state apart: eager calls are
 bound to the first stream that used it, and once a CUDA graph capture has used it, that graph owns
-it (a replay would race any other user). The direct route needs no scratch memory; routes that do
-will keep theirs here, allocated before capture.
+it (a replay would race any other user). It also holds the routes' scratch buffer (the chunked
+route's prepared factors), grown by eager calls and never allocated under capture.
 """
 
 from __future__ import annotations
@@ -24,6 +24,19 @@ class KdaWorkspace:
         self.device = device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
         self.stream: Optional[int] = None  # eager stream bound on first use
         self.capture_id: Optional[int] = None  # graph capture that owns it
+        self.buffer: Optional[torch.Tensor] = None  # uint8 scratch for the routes that need it
+
+    def reserve(self, nbytes: int) -> Optional[torch.Tensor]:
+        """The scratch buffer, at least ``nbytes`` long: grown outside capture, never during one."""
+        if nbytes and (self.buffer is None or self.buffer.numel() < nbytes):
+            if capturing(self.device):
+                have = 0 if self.buffer is None else self.buffer.numel()
+                raise ValueError(
+                    f"kdactl.kda.prefill: workspace holds {have} bytes and this call needs {nbytes}; make one "
+                    f"eager call with these shapes before capturing, so that the capture allocates nothing"
+                )
+            self.buffer = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+        return self.buffer
 
     def claim(self, device: torch.device) -> None:
         """Check that this call may use the workspace, and bind it; ValueError naming the conflict."""

@@ -1,0 +1,91 @@
+// Device primitives shared by the kernel routes: cp.async staging, warp-level tensor-core MMA
+// (mma.sync, which every SPEC target from sm_80 on runs), ldmatrix, and the sequence bounds of the
+// fixed and varlen layouts.
+#pragma once
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include "common.cuh"
+
+namespace kdactl {
+
+// ---- cp.async: 16-byte global -> shared copies that bypass registers --------------------------------
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+// Copies `bytes` (0 or 16) and zero-fills the rest: padding rows past a sequence's end read nothing.
+__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, int bytes) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// ---- Tensor cores ---------------------------------------------------------------------------------
+// Fragment layouts (PTX ISA, mma.m16n8k8 tf32 / m16n8k16 bf16), with g = lane / 4, t = lane % 4:
+//   C/D 16x8:       c0 (g, 2t)  c1 (g, 2t+1)  c2 (g+8, 2t)  c3 (g+8, 2t+1)
+//   A tf32 16x8:    a0 (g, t)   a1 (g+8, t)   a2 (g, t+4)   a3 (g+8, t+4)
+//   B tf32 8x8:     b0 (k=t, n=g)             b1 (k=t+4, n=g)
+//   A bf16 16x16:   a0 (g, 2t..2t+1)  a1 (g+8, 2t..)  a2 (g, 2t+8..)  a3 (g+8, 2t+8..)
+//   B bf16 16x8:    b0 (k=2t..2t+1, n=g)              b1 (k=2t+8..2t+9, n=g)
+// The C layout of two adjacent n-tiles is the A layout of a 16x16 bf16 tile, so an accumulator
+// turns into the next product's A operand in registers.
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// Four 8x8 bf16 matrices; lanes 8j..8j+7 give the row addresses of matrix j (16 bytes each).
+// Plain: lane gets (row g, cols 2t, 2t+1) of each. Transposed: (rows 2t, 2t+1, col g).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+
+// ---- Layouts --------------------------------------------------------------------------------------
+// Sequence n's token rows [bos, eos) in the flattened [B*T] layout (fixed: n * T; varlen: cu_seqlens).
+__device__ __forceinline__ void sequence_bounds(const kdactl_kda_args& a, int64_t n, int64_t& bos, int64_t& eos) {
+  if (a.cu_seqlens == nullptr) {
+    bos = n * a.seqlen;
+    eos = bos + a.seqlen;
+  } else if (a.cu_seqlens_is_int32) {
+    bos = static_cast<const int32_t*>(a.cu_seqlens)[n];
+    eos = static_cast<const int32_t*>(a.cu_seqlens)[n + 1];
+  } else {
+    bos = static_cast<const int64_t*>(a.cu_seqlens)[n];
+    eos = static_cast<const int64_t*>(a.cu_seqlens)[n + 1];
+  }
+}
+
+__device__ __forceinline__ float load_beta(const kdactl_kda_args& a, int64_t idx) {
+  return a.beta_is_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(a.beta)[idx])
+                        : static_cast<const float*>(a.beta)[idx];
+}
+
+}  // namespace kdactl

@@ -1,0 +1,434 @@
+// KDA prefill, route "chunk": the chunked (WY / UT) form on tensor cores, in two kernels.
+//
+// Per chunk of C = 16 tokens, with in-chunk cumulative log-decay G (per key) and start state S0:
+//   A_ts = sum_i k_ti k_si e^(G_ti - G_si) (s < t)     P_ts = scale sum_i q_ti k_si e^(G_ti - G_si) (s <= t)
+//   M'   = (I + Diag(beta) A)^-1 Diag(beta)
+//   W = M' (K e^G)   U0 = M' V   Q' = scale Q e^G - P W   O0 = P U0   Kr = K e^(G_C - G)   eG = e^G_C
+// and then the only part that depends on the state:
+//   U = U0 - W S0        O = Q' S0 + O0        S_C = Diag(eG) S0 + Kr^T U
+// kda_chunk_prepare computes the first block for every (chunk, head) at once and writes it to the
+// workspace; kda_chunk_recur walks the chunks of one (sequence, head, V slice) in order.
+//
+// Chunk slots: sequence n's chunk c lives in slot bos_n / C + n + c, which is unique, needs no
+// prefix sum over the sequences (nothing to compute on the host, so the launch captures in a graph),
+// and is below total_rows / C + N.
+#pragma once
+#include <cuda_bf16.h>
+#include "device.cuh"
+
+namespace kdactl {
+namespace chunk {
+
+using bf16 = __nv_bfloat16;
+constexpr int C = 16;                  // tokens per chunk
+constexpr float kLog2e = 1.4426950408889634f;
+// A and P are formed as (K e^G)(K e^-G)^T on tensor cores while every key's in-chunk decay stays
+// above -kExactBelow (e^-G then fits easily in fp32); past it, exactly, term by term.
+constexpr float kExactBelow = 40.f;
+
+__device__ __forceinline__ float bf(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float ex(float x) { return exp2f(x * kLog2e); }
+
+// One (chunk, head)'s prepared factors in the workspace; every offset is a multiple of 16 bytes.
+template <int K, int V>
+struct Block {
+  static constexpr int64_t kW = 0;                 // -W  [C][K] bf16
+  static constexpr int64_t kQ = kW + C * K * 2;    // Q'  [C][K] bf16
+  static constexpr int64_t kKr = kQ + C * K * 2;   // Kr  [C][K] bf16
+  static constexpr int64_t kU0 = kKr + C * K * 2;  // U0  [C][V] fp32
+  static constexpr int64_t kO0 = kU0 + C * V * 4;  // O0  [C][V] fp32
+  static constexpr int64_t kEg = kO0 + C * V * 4;  // eG  [K]    fp32
+  static constexpr int64_t kBytes = kEg + K * 4;
+};
+
+__host__ __device__ inline int64_t num_slots(const kdactl_kda_args& a) {
+  const int64_t rows = a.cu_seqlens ? a.seqlen : a.batch * a.seqlen;
+  return rows / C + a.batch;
+}
+
+// ---- Kernel 1: one warp per (slot, head) ----------------------------------------------------------
+template <int K, int V>
+struct PrepSmem {
+  static constexpr int KP = K + 8, VP = V + 8;  // bf16 pitches: conflict-free fragment reads
+  static constexpr int GP = K + 4, UP = V + 4;  // fp32 pitches
+  static constexpr int NP = C + 1;
+  bf16 q[C][KP], k[C][KP], v[C][VP];
+  float G[C][GP];
+  float W[C][GP];  // W; before that, the raw bf16 g
+  float U[C][UP];
+  float N[C][NP], P[C][NP], M[C][NP];
+  float beta[C];
+};
+
+template <int K, int V, bool kGBf16>
+__global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a, unsigned char* ws) {
+#ifdef KDACTL_ARCH_MISMATCH
+  __trap();
+#else
+  using Sm = PrepSmem<K, V>;
+  using B = Block<K, V>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Sm& sm = *reinterpret_cast<Sm*>(smem_raw);
+  const int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
+  const int64_t slot = blockIdx.x;
+  const int h = blockIdx.y, H = a.heads;
+
+  // The sequence whose slots hold this one: the last n with bos_n / C + n <= slot.
+  int64_t lo = 0, hi = a.batch - 1, bos, eos;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    sequence_bounds(a, mid, bos, eos);
+    if (bos / C + mid <= slot) lo = mid; else hi = mid - 1;
+  }
+  sequence_bounds(a, lo, bos, eos);
+  const int64_t row0 = bos + (slot - (bos / C + lo)) * C;
+  if (row0 >= eos) return;  // a slot past this sequence's last chunk
+  const int ntok = static_cast<int>(eos - row0 < C ? eos - row0 : C);
+
+  // Stage q, k, v, g (rows past the sequence's end are zero: they add nothing anywhere).
+  const bf16* q = static_cast<const bf16*>(a.q);
+  const bf16* k = static_cast<const bf16*>(a.k);
+  const bf16* v = static_cast<const bf16*>(a.v);
+  auto src_row = [&](int r) { return (row0 + (r < ntok ? r : 0)) * H + h; };
+  for (int i = lane; i < C * (K / 8); i += 32) {
+    const int r = i / (K / 8), j = i % (K / 8), bytes = r < ntok ? 16 : 0;
+    cp_async16_zfill(&sm.q[r][j * 8], q + src_row(r) * K + j * 8, bytes);
+    cp_async16_zfill(&sm.k[r][j * 8], k + src_row(r) * K + j * 8, bytes);
+    if constexpr (kGBf16)
+      cp_async16_zfill(reinterpret_cast<bf16*>(sm.W[r]) + j * 8, static_cast<const bf16*>(a.g) + src_row(r) * K + j * 8, bytes);
+  }
+  for (int i = lane; i < C * (V / 8); i += 32) {
+    const int r = i / (V / 8), j = i % (V / 8);
+    cp_async16_zfill(&sm.v[r][j * 8], v + src_row(r) * V + j * 8, r < ntok ? 16 : 0);
+  }
+  if constexpr (!kGBf16) {
+    for (int i = lane; i < C * (K / 4); i += 32) {
+      const int r = i / (K / 4), j = i % (K / 4);
+      cp_async16_zfill(&sm.G[r][j * 4], static_cast<const float*>(a.g) + src_row(r) * K + j * 4, r < ntok ? 16 : 0);
+    }
+  }
+  cp_async_commit();
+  if (lane < C) sm.beta[lane] = lane < ntok ? load_beta(a, (row0 + lane) * H + h) : 0.f;
+  cp_async_wait_all();
+  __syncwarp();
+
+  unsigned char* blk = ws + (slot * H + h) * B::kBytes;
+  bf16* w_out = reinterpret_cast<bf16*>(blk + B::kW);
+  bf16* q_out = reinterpret_cast<bf16*>(blk + B::kQ);
+  bf16* kr_out = reinterpret_cast<bf16*>(blk + B::kKr);
+  float* u0_out = reinterpret_cast<float*>(blk + B::kU0);
+  float* o0_out = reinterpret_cast<float*>(blk + B::kO0);
+  float* eg_out = reinterpret_cast<float*>(blk + B::kEg);
+  const float scale = a.scale;
+
+  // G = cumsum of g over the chunk, 4 keys per lane; then eG and Kr, which need only G.
+  bool exact = false;
+  for (int j = lane; j < K / 4; j += 32) {
+    float run[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int r = 0; r < C; ++r) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float gv;
+        if constexpr (kGBf16) gv = bf(reinterpret_cast<const bf16*>(sm.W[r])[4 * j + e]); else gv = sm.G[r][4 * j + e];
+        run[e] += gv;
+        sm.G[r][4 * j + e] = run[e];
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) exact |= run[e] < -kExactBelow;
+    *reinterpret_cast<float4*>(eg_out + 4 * j) = make_float4(ex(run[0]), ex(run[1]), ex(run[2]), ex(run[3]));
+    for (int r = 0; r < C; ++r) {
+      float kr[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) kr[e] = bf(sm.k[r][4 * j + e]) * ex(run[e] - sm.G[r][4 * j + e]);
+      *reinterpret_cast<uint2*>(kr_out + r * K + 4 * j) = make_uint2(pack_bf16(kr[0], kr[1]), pack_bf16(kr[2], kr[3]));
+    }
+  }
+  exact = __any_sync(0xffffffffu, exact);
+  __syncwarp();
+
+  // A (strictly lower, times beta_t) -> sm.N, and P (lower with diagonal) -> sm.P.
+  if (!exact) {
+    float acc_a[2][4] = {}, acc_p[2][4] = {};
+#pragma unroll 4
+    for (int kk = 0; kk < K / 8; ++kk) {
+      uint32_t ak[4], aq[4], ki[4];  // positions (g | g+8, 8kk + t | +4), the tf32 A layout
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        const int r = g + (p & 1) * 8, col = 8 * kk + t + (p >> 1) * 4;
+        const float G = sm.G[r][col], e = ex(G), kv = bf(sm.k[r][col]);
+        ak[p] = to_tf32(kv * e);
+        aq[p] = to_tf32(bf(sm.q[r][col]) * scale * e);
+        ki[p] = to_tf32(kv * ex(-G));
+      }
+      // B = (K e^-G)^T: tokens 0-7 are rows g of this lane's positions, tokens 8-15 rows g+8.
+      mma_tf32(acc_a[0], ak, ki[0], ki[2]);
+      mma_tf32(acc_a[1], ak, ki[1], ki[3]);
+      mma_tf32(acc_p[0], aq, ki[0], ki[2]);
+      mma_tf32(acc_p[1], aq, ki[1], ki[3]);
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int tt = g + (i >> 1) * 8, ss = 8 * nt + 2 * t + (i & 1);
+        sm.N[tt][ss] = ss < tt ? sm.beta[tt] * acc_a[nt][i] : 0.f;
+        sm.P[tt][ss] = ss <= tt ? acc_p[nt][i] : 0.f;
+      }
+  } else {
+    for (int p = lane; p < C * C; p += 32) {
+      const int tt = p / C, ss = p % C;
+      float sa = 0.f, sp = 0.f;
+      if (ss <= tt) {
+        for (int i = 0; i < K; ++i) {
+          const float ks = bf(sm.k[ss][i]) * ex(sm.G[tt][i] - sm.G[ss][i]);
+          sa = fmaf(bf(sm.k[tt][i]), ks, sa);
+          sp = fmaf(bf(sm.q[tt][i]), ks, sp);
+        }
+      }
+      sm.N[tt][ss] = ss < tt ? sm.beta[tt] * sa : 0.f;
+      sm.P[tt][ss] = ss <= tt ? scale * sp : 0.f;
+    }
+  }
+  __syncwarp();
+
+  // M' = (I + N)^-1 Diag(beta) by forward substitution: lane j < C owns column j.
+  {
+    const int j = lane & (C - 1);
+    float m[C];
+#pragma unroll
+    for (int r = 0; r < C; ++r) {
+      float x = r == j ? 1.f : 0.f;
+#pragma unroll
+      for (int s = 0; s < r; ++s) x = fmaf(-sm.N[r][s], m[s], x);
+      m[r] = x;
+    }
+    if (lane < C) {
+      const float b = sm.beta[j];
+#pragma unroll
+      for (int r = 0; r < C; ++r) sm.M[r][j] = m[r] * b;
+    }
+  }
+  __syncwarp();
+
+  // A operands over the chunk's tokens (k-steps s = 0-7 and 8-15): M', P and -P.
+  uint32_t am[2][4], ap[2][4], apn[2][4];
+#pragma unroll
+  for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      const int r = g + (p & 1) * 8, s = 8 * ks + t + (p >> 1) * 4;
+      am[ks][p] = to_tf32(sm.M[r][s]);
+      ap[ks][p] = to_tf32(sm.P[r][s]);
+      apn[ks][p] = to_tf32(-sm.P[r][s]);
+    }
+
+  // W = M' (K e^G) -> workspace (negated, bf16) and sm.W; U0 = M' V -> workspace and sm.U.
+#pragma unroll 2
+  for (int nt = 0; nt < K / 8; ++nt) {
+    float acc[4] = {};
+    const int col = 8 * nt + g;
+#pragma unroll
+    for (int ks = 0; ks < 2; ++ks) {
+      const int s0 = 8 * ks + t, s1 = s0 + 4;
+      mma_tf32(acc, am[ks], to_tf32(bf(sm.k[s0][col]) * ex(sm.G[s0][col])),
+               to_tf32(bf(sm.k[s1][col]) * ex(sm.G[s1][col])));
+    }
+    const int c0 = 8 * nt + 2 * t;
+    *reinterpret_cast<float2*>(&sm.W[g][c0]) = make_float2(acc[0], acc[1]);
+    *reinterpret_cast<float2*>(&sm.W[g + 8][c0]) = make_float2(acc[2], acc[3]);
+    *reinterpret_cast<uint32_t*>(w_out + g * K + c0) = pack_bf16(-acc[0], -acc[1]);
+    *reinterpret_cast<uint32_t*>(w_out + (g + 8) * K + c0) = pack_bf16(-acc[2], -acc[3]);
+  }
+#pragma unroll 2
+  for (int nt = 0; nt < V / 8; ++nt) {
+    float acc[4] = {};
+    const int col = 8 * nt + g;
+#pragma unroll
+    for (int ks = 0; ks < 2; ++ks)
+      mma_tf32(acc, am[ks], to_tf32(bf(sm.v[8 * ks + t][col])), to_tf32(bf(sm.v[8 * ks + t + 4][col])));
+    const int c0 = 8 * nt + 2 * t;
+    *reinterpret_cast<float2*>(&sm.U[g][c0]) = make_float2(acc[0], acc[1]);
+    *reinterpret_cast<float2*>(&sm.U[g + 8][c0]) = make_float2(acc[2], acc[3]);
+    *reinterpret_cast<float2*>(u0_out + g * V + c0) = make_float2(acc[0], acc[1]);
+    *reinterpret_cast<float2*>(u0_out + (g + 8) * V + c0) = make_float2(acc[2], acc[3]);
+  }
+  __syncwarp();
+
+  // Q' = scale Q e^G - P W (bf16) and O0 = P U0 (fp32) -> workspace.
+#pragma unroll 2
+  for (int nt = 0; nt < K / 8; ++nt) {
+    const int c0 = 8 * nt + 2 * t, col = 8 * nt + g;
+    float acc[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = g + (i >> 1) * 8, c = c0 + (i & 1);
+      acc[i] = bf(sm.q[r][c]) * scale * ex(sm.G[r][c]);
+    }
+#pragma unroll
+    for (int ks = 0; ks < 2; ++ks)
+      mma_tf32(acc, apn[ks], to_tf32(sm.W[8 * ks + t][col]), to_tf32(sm.W[8 * ks + t + 4][col]));
+    *reinterpret_cast<uint32_t*>(q_out + g * K + c0) = pack_bf16(acc[0], acc[1]);
+    *reinterpret_cast<uint32_t*>(q_out + (g + 8) * K + c0) = pack_bf16(acc[2], acc[3]);
+  }
+#pragma unroll 2
+  for (int nt = 0; nt < V / 8; ++nt) {
+    const int c0 = 8 * nt + 2 * t, col = 8 * nt + g;
+    float acc[4] = {};
+#pragma unroll
+    for (int ks = 0; ks < 2; ++ks)
+      mma_tf32(acc, ap[ks], to_tf32(sm.U[8 * ks + t][col]), to_tf32(sm.U[8 * ks + t + 4][col]));
+    *reinterpret_cast<float2*>(o0_out + g * V + c0) = make_float2(acc[0], acc[1]);
+    *reinterpret_cast<float2*>(o0_out + (g + 8) * V + c0) = make_float2(acc[2], acc[3]);
+  }
+#endif
+}
+
+// ---- Kernel 2: one CTA per (sequence, head, slice of 16 * WARPS value columns) --------------------
+// The state is kept transposed, S^T [V x K]: each warp owns 16 of its rows as mma accumulators, which
+// are at once the A operand of S^T W^T and S^T Q'^T and the accumulator of S^T += U^T Kr.
+template <int K, int VS>
+struct RecurStage {
+  static constexpr int KP = K + 8, UP = VS + 4;
+  bf16 w[C][KP], qp[C][KP], kr[C][KP];
+  float u0[C][UP], o0[C][UP];
+  float eg[K];
+};
+
+template <int K, int V, int WARPS, int STAGES>
+__global__ void __launch_bounds__(WARPS * 32) kda_chunk_recur(const kdactl_kda_args a, const unsigned char* ws) {
+#ifdef KDACTL_ARCH_MISMATCH
+  __trap();
+#else
+  constexpr int VS = 16 * WARPS;
+  using St = RecurStage<K, VS>;
+  using B = Block<K, V>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  St* stage = reinterpret_cast<St*>(smem_raw);
+  bf16(*o_tile)[C][24] = reinterpret_cast<bf16(*)[C][24]>(smem_raw + STAGES * sizeof(St));
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int h = blockIdx.y, H = a.heads;
+  const int64_t n = blockIdx.z;
+  const int v_cta = blockIdx.x * VS, vw = warp * 16;
+  int64_t bos, eos;
+  sequence_bounds(a, n, bos, eos);
+  const int64_t nchunks = (eos - bos + C - 1) / C, slot0 = bos / C + n;
+
+  float s[K / 8][4];  // S^T rows vw+g, vw+g+8 (of this slice) x keys 8j+2t, 8j+2t+1
+  const int64_t state_base = (n * H + h) * K * V;
+  const int vcol = v_cta + vw + g;
+#pragma unroll
+  for (int j = 0; j < K / 8; ++j) {
+    const int key = 8 * j + 2 * t;
+    const float* s0 = a.initial_state + state_base;
+    s[j][0] = a.initial_state ? s0[key * V + vcol] : 0.f;
+    s[j][1] = a.initial_state ? s0[(key + 1) * V + vcol] : 0.f;
+    s[j][2] = a.initial_state ? s0[key * V + vcol + 8] : 0.f;
+    s[j][3] = a.initial_state ? s0[(key + 1) * V + vcol + 8] : 0.f;
+  }
+
+  auto load = [&](int64_t c, St& st) {
+    const unsigned char* blk = ws + ((slot0 + c) * H + h) * B::kBytes;
+    for (int i = threadIdx.x; i < 3 * C * (K / 8); i += WARPS * 32) {
+      const int m = i / (C * (K / 8)), r = (i / (K / 8)) % C, j = i % (K / 8);
+      bf16* dst = m == 0 ? st.w[r] : m == 1 ? st.qp[r] : st.kr[r];
+      cp_async16(dst + j * 8, reinterpret_cast<const bf16*>(blk + B::kW + m * (C * K * 2)) + r * K + j * 8);
+    }
+    for (int i = threadIdx.x; i < 2 * C * (VS / 4); i += WARPS * 32) {
+      const int m = i / (C * (VS / 4)), r = (i / (VS / 4)) % C, j = i % (VS / 4);
+      float* dst = m == 0 ? st.u0[r] : st.o0[r];
+      cp_async16(dst + j * 4, reinterpret_cast<const float*>(blk + B::kU0 + m * (C * V * 4)) + r * V + v_cta + j * 4);
+    }
+    for (int i = threadIdx.x; i < K / 4; i += WARPS * 32)
+      cp_async16(&st.eg[i * 4], reinterpret_cast<const float*>(blk + B::kEg) + i * 4);
+  };
+
+#pragma unroll
+  for (int c = 0; c < STAGES - 1; ++c) {
+    if (c < nchunks) load(c, stage[c]);
+    cp_async_commit();
+  }
+  bf16* o = static_cast<bf16*>(a.o);
+  for (int64_t c = 0; c < nchunks; ++c) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();  // chunk c is in; everyone is done with the stage the next load overwrites
+    if (c + STAGES - 1 < nchunks) load(c + STAGES - 1, stage[(c + STAGES - 1) % STAGES]);
+    cp_async_commit();
+    const St& st = stage[c % STAGES];
+
+    uint32_t as[K / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < K / 16; ++kk) {
+      as[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+      as[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+      as[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      as[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+    // U^T = U0^T + S^T (-W)^T and O^T = O0^T + S^T Q'^T: [16 values x 16 tokens] per warp.
+    float u[2][4], out[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const int tok = 8 * nt + 2 * t, vl = vw + g;
+      u[nt][0] = st.u0[tok][vl], u[nt][1] = st.u0[tok + 1][vl], u[nt][2] = st.u0[tok][vl + 8], u[nt][3] = st.u0[tok + 1][vl + 8];
+      out[nt][0] = st.o0[tok][vl], out[nt][1] = st.o0[tok + 1][vl], out[nt][2] = st.o0[tok][vl + 8], out[nt][3] = st.o0[tok + 1][vl + 8];
+    }
+    const int lr = (lane >> 4) * 8 + (lane & 7), lc = ((lane >> 3) & 1) * 8;  // ldmatrix row addresses
+#pragma unroll
+    for (int kk = 0; kk < K / 16; ++kk) {
+      uint32_t bw[4], bq[4];
+      ldmatrix_x4(bw, &st.w[lr][16 * kk + lc]);
+      ldmatrix_x4(bq, &st.qp[lr][16 * kk + lc]);
+      mma_bf16(u[0], as[kk], bw[0], bw[1]);
+      mma_bf16(u[1], as[kk], bw[2], bw[3]);
+      mma_bf16(out[0], as[kk], bq[0], bq[1]);
+      mma_bf16(out[1], as[kk], bq[2], bq[3]);
+    }
+    // o: through a per-warp tile, then one 16-byte store per lane.
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o_tile[warp][8 * nt + 2 * t + (i & 1)][g + (i >> 1) * 8] = __float2bfloat16(out[nt][i]);
+    __syncwarp();
+    {
+      const int tok = lane >> 1, half = lane & 1;
+      const int64_t row = bos + c * C + tok;
+      if (row < eos)
+        *reinterpret_cast<uint4*>(o + (row * H + h) * V + v_cta + vw + half * 8) =
+            *reinterpret_cast<const uint4*>(&o_tile[warp][tok][half * 8]);
+    }
+    // S^T = S^T Diag(eG) + U^T Kr.
+    const uint32_t au[4] = {pack_bf16(u[0][0], u[0][1]), pack_bf16(u[0][2], u[0][3]),
+                            pack_bf16(u[1][0], u[1][1]), pack_bf16(u[1][2], u[1][3])};
+    const int tr = ((lane >> 3) & 1) * 8 + (lane & 7), tc = (lane >> 4) * 8;
+#pragma unroll
+    for (int jj = 0; jj < K / 16; ++jj) {
+      uint32_t bk[4];
+      ldmatrix_x4_trans(bk, &st.kr[tr][16 * jj + tc]);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int j = 2 * jj + half;
+        const float2 e = *reinterpret_cast<const float2*>(&st.eg[8 * j + 2 * t]);
+        s[j][0] *= e.x, s[j][1] *= e.y, s[j][2] *= e.x, s[j][3] *= e.y;
+        mma_bf16(s[j], au, bk[2 * half], bk[2 * half + 1]);
+      }
+    }
+  }
+  cp_async_wait_all();
+
+  if (a.final_state) {
+    float* sf = a.final_state + state_base;
+#pragma unroll
+    for (int j = 0; j < K / 8; ++j) {
+      const int key = 8 * j + 2 * t;
+      sf[key * V + vcol] = s[j][0];
+      sf[(key + 1) * V + vcol] = s[j][1];
+      sf[key * V + vcol + 8] = s[j][2];
+      sf[(key + 1) * V + vcol + 8] = s[j][3];
+    }
+  }
+#endif
+}
+
+}  // namespace chunk
+}  // namespace kdactl

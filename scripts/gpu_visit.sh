@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One device visit, sections chosen by argument and run in the order given, each under its own time
+# limit, everything logged to $OUT/visit.log:
+#   bash scripts/gpu_visit.sh tests certify faults baseline small-bh serving
+# fla autotunes ~90 s per new head count, so its head counts are warmed in parallel first (bounded:
+# an unbounded wait on these once burned a whole visit).
+set -uo pipefail
+export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$PWD/.cache/triton KDACTL_DATA_DIR=/tmp/kd \
+  KDACTL_CACHE_DIR=$PWD/.cache/kdactl FLA_FLASH_KDA=0
+S=/tmp/visit; mkdir -p $S $KDACTL_DATA_DIR
+exec > >(tee -a $OUT/visit.log) 2>&1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site
+python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v WARNING
+for h in 1 4 8 12 64 96; do timeout 150 python3 scripts/warm_fla.py $h > $S/warm_$h.log 2>&1 & done
+TIMEFORMAT="wall %R s"
+echo "== detect"; kdactl detect
+echo "== build"; time timeout 200 kdactl build | tail -4
+
+bench() {  # suite name, then extra args
+  local s=$1; shift
+  time timeout 200 kdactl bench --suite $s --peers fla --markdown $OUT/$s.md --json "$@" > $S/$s.json
+  echo rc=$?; cat $OUT/$s.md
+}
+for section in "$@"; do
+  echo "== $section ($(date +%T))"
+  case $section in
+    tests) time timeout 300 python3 -m pytest -q -m gpu tests -p no:cacheprovider --maxfail=25 --junitxml=$OUT/gpu.xml 2>&1 | grep -vE "^(tests|\s)" | tail -40 ;;
+    certify)
+      time timeout 180 kdactl certify --expect-gpus 1 --expect-sku H200 --out /tmp/kd/cert.json \
+        --junit $OUT/certify.xml --prom $OUT/kdactl.prom --json > $OUT/certify.json; echo certify rc=$?
+      cp /tmp/kd/cert.json $OUT/cert.json
+      python3 -c "import json;d=json.load(open('$OUT/cert.json'));print(d['verdict'], d['reason']);[print(r.get('gpu'), r['check'], r.get('status'), r.get('duration_s'), str(r.get('message',''))[:150]) for r in d['results']]"
+      time kdactl gate; echo gate rc=$?
+      kdactl verify /tmp/kd/cert.json; echo verify rc=$?
+      python3 -c "p='/tmp/kd/cert.json';b=bytearray(open(p,'rb').read());i=b.index(b'H200');b[i+3]^=1;open('$S/t.json','wb').write(b)"
+      kdactl verify $S/t.json; echo "one-byte-changed verify rc=$?"
+      time timeout 60 kdactl certify --quick --expect-gpus 1 --out $S/quick.json > /dev/null; echo quick rc=$?
+      timeout 60 kdactl certify --quick --expect-gpus 2 --out $S/x.json > /dev/null 2>&1; echo "expect-gpus 2 rc=$?" ;;
+    faults)
+      for f in wrong-result:direct sanitizer hang crash; do
+        (KDACTL_FAULT=$f timeout 120 kdactl certify --quick --out $S/f_${f%%:*}.json --json > $S/f_${f%%:*}.out 2>&1; echo "fault $f rc=$?") &
+      done; wait
+      for f in $S/f_*.json; do python3 -c "import json;d=json.load(open('$f'));print('$f', d['verdict'], d['reason'][:300])"; done ;;
+    baseline)
+      timeout 60 kdactl bench --suite smoke --peers none --iters 8 --record-baseline --baseline fleet/baselines/H200.toml > /dev/null; echo record rc=$?
+      cp fleet/baselines/H200.toml $OUT/H200.toml
+      python3 -c "import re;t=open('fleet/baselines/H200.toml').read();open('$S/fast.toml','w').write(re.sub(r'median_ms = ([0-9.eE+-]+)',lambda m:f'median_ms = {float(m[1])/2!r}',t))"
+      timeout 60 kdactl bench --suite smoke --peers none --iters 8 --gate --baseline $S/fast.toml | tail -3; echo "2x-faster gate rc=$?" ;;
+    small-bh) grep -h warmed $S/warm_*.log; bench small-bh --iters 5 --warmup 1 ;;
+    serving) grep -h warmed $S/warm_*.log; bench serving --iters 12 --warmup 2 ;;
+    *) echo "unknown section $section" ;;
+  esac
+done
