@@ -6,19 +6,29 @@ namespace {
 
 using namespace kdactl::chunk;
 
-constexpr int kStages = 3;
 
 template <int K, int V>
 uint64_t workspace_bytes(const kdactl_kda_args& a) {
   return static_cast<uint64_t>(num_slots(a)) * a.heads * Block<K, V>::kBytes;
 }
 
-// Warps per recurrence CTA (16 value columns each): more CTAs per head shorten nothing on the
-// sequential chain but fill more SMs; fewer re-read the shared K-side factors less often.
-int pick_warps(const kdactl_kda_args& a, int V, int sm_count) {
-  if (a.tuning == 1 || a.tuning == 2 || a.tuning == 4 || a.tuning == 8) return a.tuning;
+struct RecurShape {
+  int warps;   // 16 value columns each
+  int stages;  // chunks in flight: the recurrence is bound by the latency of its loads
+};
+
+// Warps per recurrence CTA: more CTAs per head shorten nothing on the sequential chain but fill
+// more SMs; fewer re-read the shared K-side factors less often. When every CTA has an SM to itself
+// it takes the deep pipeline; otherwise two or three share an SM and hide each other's latency.
+// tuning (benchmarks): 10 * stages + warps, e.g. 84; or warps alone.
+RecurShape pick_recur(const kdactl_kda_args& a, int V, int sm_count) {
+  const int tw = a.tuning % 10, ts = a.tuning / 10;
+  const bool forced_w = tw == 1 || tw == 2 || tw == 4 || tw == 8;
   const int64_t ctas_at_4 = a.batch * a.heads * (V / 64 > 0 ? V / 64 : 1);
-  return ctas_at_4 >= sm_count ? 4 : 2;
+  const int warps = forced_w ? tw : ctas_at_4 >= sm_count ? 4 : 2;
+  const int64_t ctas = a.batch * a.heads * (V / (16 * warps) > 0 ? V / (16 * warps) : 1);
+  const int stages = (ts == 4 || ts == 8) ? ts : ctas <= sm_count ? 8 : 4;
+  return {warps, stages};
 }
 
 template <typename Kernel>
@@ -26,19 +36,24 @@ int set_smem(Kernel kernel, size_t bytes) {
   return (int)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
-template <int K, int V, int WARPS>
+template <int K, int V, int WARPS, int STAGES>
 int launch_recur(const kdactl_kda_args& a, cudaStream_t stream) {
   if (V % (16 * WARPS) != 0) return KDACTL_ERR_UNSUPPORTED;
-  auto kernel = kda_chunk_recur<K, V, WARPS, kStages>;
-  const size_t smem = kStages * sizeof(RecurStage<K, 16 * WARPS>) + WARPS * C * 24 * sizeof(bf16);
+  auto kernel = kda_chunk_recur<K, V, WARPS, STAGES>;
+  const size_t smem = STAGES * sizeof(RecurStage<K, 16 * WARPS>) + WARPS * C * 24 * sizeof(bf16);
   if (int rc = set_smem(kernel, smem)) return rc;
   const dim3 grid(V / (16 * WARPS), a.heads, static_cast<unsigned>(a.batch));
   kernel<<<grid, WARPS * 32, smem, stream>>>(a, static_cast<const unsigned char*>(a.workspace));
   return kdactl_launch_status();
 }
 
+template <int K, int V, int WARPS>
+int launch_stages(const kdactl_kda_args& a, int stages, cudaStream_t stream) {
+  return stages == 8 ? launch_recur<K, V, WARPS, 8>(a, stream) : launch_recur<K, V, WARPS, 4>(a, stream);
+}
+
 template <int K, int V>
-int launch(const kdactl_kda_args& a, int warps, cudaStream_t stream) {
+int launch(const kdactl_kda_args& a, RecurShape rs, cudaStream_t stream) {
   if (a.workspace == nullptr || a.workspace_bytes < workspace_bytes<K, V>(a)) return KDACTL_ERR_BAD_ARGUMENT;
   auto prepare = a.g_is_bf16 ? kda_chunk_prepare<K, V, true> : kda_chunk_prepare<K, V, false>;
   const size_t smem = sizeof(PrepSmem<K, V>);
@@ -47,11 +62,11 @@ int launch(const kdactl_kda_args& a, int warps, cudaStream_t stream) {
   if (slots > 0x7fffffff) return KDACTL_ERR_UNSUPPORTED;
   prepare<<<dim3(static_cast<unsigned>(slots), a.heads), 32, smem, stream>>>(a, static_cast<unsigned char*>(a.workspace));
   if (int rc = kdactl_launch_status()) return rc;
-  switch (warps) {
-    case 1: return launch_recur<K, V, 1>(a, stream);
-    case 2: return launch_recur<K, V, 2>(a, stream);
-    case 8: return launch_recur<K, V, 8>(a, stream);
-    default: return launch_recur<K, V, 4>(a, stream);
+  switch (rs.warps) {
+    case 1: return launch_stages<K, V, 1>(a, rs.stages, stream);
+    case 2: return launch_stages<K, V, 2>(a, rs.stages, stream);
+    case 8: return launch_stages<K, V, 8>(a, rs.stages, stream);
+    default: return launch_stages<K, V, 4>(a, rs.stages, stream);
   }
 }
 
@@ -76,6 +91,6 @@ extern "C" int kdactl_kda_chunk(const kdactl_kda_args* args, void* stream) {
   KDACTL_TRY(cudaGetDevice(&dev));
   KDACTL_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   auto s = static_cast<cudaStream_t>(stream);
-  const int warps = pick_warps(a, a.value_dim, sms);
-  return a.key_dim == 64 ? launch<64, 64>(a, warps, s) : launch<128, 128>(a, warps, s);
+  const RecurShape rs = pick_recur(a, a.value_dim, sms);
+  return a.key_dim == 64 ? launch<64, 64>(a, rs, s) : launch<128, 128>(a, rs, s);
 }

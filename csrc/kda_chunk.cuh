@@ -4,6 +4,7 @@
 //   A_ts = sum_i k_ti k_si e^(G_ti - G_si) (s < t)     P_ts = scale sum_i q_ti k_si e^(G_ti - G_si) (s <= t)
 //   M'   = (I + Diag(beta) A)^-1 Diag(beta)
 //   W = M' (K e^G)   U0 = M' V   Q' = scale Q e^G - P W   O0 = P U0   Kr = K e^(G_C - G)   eG = e^G_C
+// (Q' and O0 are formed as (P M') (K e^G) and (P M') V, so that W and U0 need no second pass.)
 // and then the only part that depends on the state:
 //   U = U0 - W S0        O = Q' S0 + O0        S_C = Diag(eG) S0 + Kr^T U
 // kda_chunk_prepare computes the first block for every (chunk, head) at once and writes it to the
@@ -35,9 +36,9 @@ struct Block {
   static constexpr int64_t kW = 0;                 // -W  [C][K] bf16
   static constexpr int64_t kQ = kW + C * K * 2;    // Q'  [C][K] bf16
   static constexpr int64_t kKr = kQ + C * K * 2;   // Kr  [C][K] bf16
-  static constexpr int64_t kU0 = kKr + C * K * 2;  // U0  [C][V] fp32
-  static constexpr int64_t kO0 = kU0 + C * V * 4;  // O0  [C][V] fp32
-  static constexpr int64_t kEg = kO0 + C * V * 4;  // eG  [K]    fp32
+  static constexpr int64_t kU0 = kKr + C * K * 2;  // U0  [C][V] bf16
+  static constexpr int64_t kO0 = kU0 + C * V * 2;  // O0  [C][V] bf16
+  static constexpr int64_t kEg = kO0 + C * V * 2;  // eG  [K]    fp32
   static constexpr int64_t kBytes = kEg + K * 4;
 };
 
@@ -50,13 +51,12 @@ __host__ __device__ inline int64_t num_slots(const kdactl_kda_args& a) {
 template <int K, int V>
 struct PrepSmem {
   static constexpr int KP = K + 8, VP = V + 8;  // bf16 pitches: conflict-free fragment reads
-  static constexpr int GP = K + 4, UP = V + 4;  // fp32 pitches
+  static constexpr int GP = K + 4;              // fp32 pitch
   static constexpr int NP = C + 1;
   bf16 q[C][KP], k[C][KP], v[C][VP];
+  bf16 graw[C][KP];  // g as given, when it is bf16
   float G[C][GP];
-  float W[C][GP];  // W; before that, the raw bf16 g
-  float U[C][UP];
-  float N[C][NP], P[C][NP], M[C][NP];
+  float N[C][NP], P[C][NP], M[C][NP], PM[C][NP];
   float beta[C];
 };
 
@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
     cp_async16_zfill(&sm.q[r][j * 8], q + src_row(r) * K + j * 8, bytes);
     cp_async16_zfill(&sm.k[r][j * 8], k + src_row(r) * K + j * 8, bytes);
     if constexpr (kGBf16)
-      cp_async16_zfill(reinterpret_cast<bf16*>(sm.W[r]) + j * 8, static_cast<const bf16*>(a.g) + src_row(r) * K + j * 8, bytes);
+      cp_async16_zfill(&sm.graw[r][j * 8], static_cast<const bf16*>(a.g) + src_row(r) * K + j * 8, bytes);
   }
   for (int i = lane; i < C * (V / 8); i += 32) {
     const int r = i / (V / 8), j = i % (V / 8);
@@ -116,8 +116,8 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
   bf16* w_out = reinterpret_cast<bf16*>(blk + B::kW);
   bf16* q_out = reinterpret_cast<bf16*>(blk + B::kQ);
   bf16* kr_out = reinterpret_cast<bf16*>(blk + B::kKr);
-  float* u0_out = reinterpret_cast<float*>(blk + B::kU0);
-  float* o0_out = reinterpret_cast<float*>(blk + B::kO0);
+  bf16* u0_out = reinterpret_cast<bf16*>(blk + B::kU0);
+  bf16* o0_out = reinterpret_cast<bf16*>(blk + B::kO0);
   float* eg_out = reinterpret_cast<float*>(blk + B::kEg);
   const float scale = a.scale;
 
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float gv;
-        if constexpr (kGBf16) gv = bf(reinterpret_cast<const bf16*>(sm.W[r])[4 * j + e]); else gv = sm.G[r][4 * j + e];
+        if constexpr (kGBf16) gv = bf(sm.graw[r][4 * j + e]); else gv = sm.G[r][4 * j + e];
         run[e] += gv;
         sm.G[r][4 * j + e] = run[e];
       }
@@ -211,75 +211,69 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
   }
   __syncwarp();
 
-  // A operands over the chunk's tokens (k-steps s = 0-7 and 8-15): M', P and -P.
-  uint32_t am[2][4], ap[2][4], apn[2][4];
-#pragma unroll
-  for (int ks = 0; ks < 2; ++ks)
-#pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      const int r = g + (p & 1) * 8, s = 8 * ks + t + (p >> 1) * 4;
-      am[ks][p] = to_tf32(sm.M[r][s]);
-      ap[ks][p] = to_tf32(sm.P[r][s]);
-      apn[ks][p] = to_tf32(-sm.P[r][s]);
-    }
-
-  // W = M' (K e^G) -> workspace (negated, bf16) and sm.W; U0 = M' V -> workspace and sm.U.
-#pragma unroll 2
-  for (int nt = 0; nt < K / 8; ++nt) {
-    float acc[4] = {};
-    const int col = 8 * nt + g;
-#pragma unroll
-    for (int ks = 0; ks < 2; ++ks) {
-      const int s0 = 8 * ks + t, s1 = s0 + 4;
-      mma_tf32(acc, am[ks], to_tf32(bf(sm.k[s0][col]) * ex(sm.G[s0][col])),
-               to_tf32(bf(sm.k[s1][col]) * ex(sm.G[s1][col])));
-    }
-    const int c0 = 8 * nt + 2 * t;
-    *reinterpret_cast<float2*>(&sm.W[g][c0]) = make_float2(acc[0], acc[1]);
-    *reinterpret_cast<float2*>(&sm.W[g + 8][c0]) = make_float2(acc[2], acc[3]);
-    *reinterpret_cast<uint32_t*>(w_out + g * K + c0) = pack_bf16(-acc[0], -acc[1]);
-    *reinterpret_cast<uint32_t*>(w_out + (g + 8) * K + c0) = pack_bf16(-acc[2], -acc[3]);
-  }
-#pragma unroll 2
-  for (int nt = 0; nt < V / 8; ++nt) {
-    float acc[4] = {};
-    const int col = 8 * nt + g;
+  // A operands over the chunk's tokens (k-steps s = 0-7 and 8-15).
+  auto a_frags = [&](const float (*X)[PrepSmem<K, V>::NP], uint32_t (&f)[2][4], float sign) {
 #pragma unroll
     for (int ks = 0; ks < 2; ++ks)
-      mma_tf32(acc, am[ks], to_tf32(bf(sm.v[8 * ks + t][col])), to_tf32(bf(sm.v[8 * ks + t + 4][col])));
-    const int c0 = 8 * nt + 2 * t;
-    *reinterpret_cast<float2*>(&sm.U[g][c0]) = make_float2(acc[0], acc[1]);
-    *reinterpret_cast<float2*>(&sm.U[g + 8][c0]) = make_float2(acc[2], acc[3]);
-    *reinterpret_cast<float2*>(u0_out + g * V + c0) = make_float2(acc[0], acc[1]);
-    *reinterpret_cast<float2*>(u0_out + (g + 8) * V + c0) = make_float2(acc[2], acc[3]);
+#pragma unroll
+      for (int p = 0; p < 4; ++p) f[ks][p] = to_tf32(sign * X[g + (p & 1) * 8][8 * ks + t + (p >> 1) * 4]);
+  };
+  uint32_t am[2][4], apm[2][4];
+  {  // PM = P M'
+    uint32_t ap[2][4];
+    a_frags(sm.P, ap, 1.f);
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      float acc[4] = {};
+#pragma unroll
+      for (int ks = 0; ks < 2; ++ks)
+        mma_tf32(acc, ap[ks], to_tf32(sm.M[8 * ks + t][8 * nt + g]), to_tf32(sm.M[8 * ks + t + 4][8 * nt + g]));
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sm.PM[g + (i >> 1) * 8][8 * nt + 2 * t + (i & 1)] = acc[i];
+    }
   }
   __syncwarp();
+  a_frags(sm.M, am, 1.f);
+  a_frags(sm.PM, apm, -1.f);
 
-  // Q' = scale Q e^G - P W (bf16) and O0 = P U0 (fp32) -> workspace.
+  // W = M' (K e^G) and Q' = scale Q e^G - PM (K e^G), one key n-tile at a time.
 #pragma unroll 2
   for (int nt = 0; nt < K / 8; ++nt) {
-    const int c0 = 8 * nt + 2 * t, col = 8 * nt + g;
-    float acc[4];
+    const int col = 8 * nt + g, c0 = 8 * nt + 2 * t;
+    float w[4] = {}, qp[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int r = g + (i >> 1) * 8, c = c0 + (i & 1);
-      acc[i] = bf(sm.q[r][c]) * scale * ex(sm.G[r][c]);
+      qp[i] = bf(sm.q[r][c]) * scale * ex(sm.G[r][c]);
     }
 #pragma unroll
-    for (int ks = 0; ks < 2; ++ks)
-      mma_tf32(acc, apn[ks], to_tf32(sm.W[8 * ks + t][col]), to_tf32(sm.W[8 * ks + t + 4][col]));
-    *reinterpret_cast<uint32_t*>(q_out + g * K + c0) = pack_bf16(acc[0], acc[1]);
-    *reinterpret_cast<uint32_t*>(q_out + (g + 8) * K + c0) = pack_bf16(acc[2], acc[3]);
+    for (int ks = 0; ks < 2; ++ks) {
+      const int s0 = 8 * ks + t, s1 = s0 + 4;
+      const uint32_t b0 = to_tf32(bf(sm.k[s0][col]) * ex(sm.G[s0][col]));
+      const uint32_t b1 = to_tf32(bf(sm.k[s1][col]) * ex(sm.G[s1][col]));
+      mma_tf32(w, am[ks], b0, b1);
+      mma_tf32(qp, apm[ks], b0, b1);
+    }
+    *reinterpret_cast<uint32_t*>(w_out + g * K + c0) = pack_bf16(-w[0], -w[1]);
+    *reinterpret_cast<uint32_t*>(w_out + (g + 8) * K + c0) = pack_bf16(-w[2], -w[3]);
+    *reinterpret_cast<uint32_t*>(q_out + g * K + c0) = pack_bf16(qp[0], qp[1]);
+    *reinterpret_cast<uint32_t*>(q_out + (g + 8) * K + c0) = pack_bf16(qp[2], qp[3]);
   }
+  // U0 = M' V and O0 = PM V.
 #pragma unroll 2
   for (int nt = 0; nt < V / 8; ++nt) {
-    const int c0 = 8 * nt + 2 * t, col = 8 * nt + g;
-    float acc[4] = {};
+    const int col = 8 * nt + g, c0 = 8 * nt + 2 * t;
+    float u[4] = {}, o[4] = {};
 #pragma unroll
-    for (int ks = 0; ks < 2; ++ks)
-      mma_tf32(acc, ap[ks], to_tf32(sm.U[8 * ks + t][col]), to_tf32(sm.U[8 * ks + t + 4][col]));
-    *reinterpret_cast<float2*>(o0_out + g * V + c0) = make_float2(acc[0], acc[1]);
-    *reinterpret_cast<float2*>(o0_out + (g + 8) * V + c0) = make_float2(acc[2], acc[3]);
+    for (int ks = 0; ks < 2; ++ks) {
+      const uint32_t b0 = to_tf32(bf(sm.v[8 * ks + t][col])), b1 = to_tf32(bf(sm.v[8 * ks + t + 4][col]));
+      mma_tf32(u, am[ks], b0, b1);
+      mma_tf32(o, apm[ks], b0, b1);  // -PM V
+    }
+    *reinterpret_cast<uint32_t*>(u0_out + g * V + c0) = pack_bf16(u[0], u[1]);
+    *reinterpret_cast<uint32_t*>(u0_out + (g + 8) * V + c0) = pack_bf16(u[2], u[3]);
+    *reinterpret_cast<uint32_t*>(o0_out + g * V + c0) = pack_bf16(-o[0], -o[1]);
+    *reinterpret_cast<uint32_t*>(o0_out + (g + 8) * V + c0) = pack_bf16(-o[2], -o[3]);
   }
 #endif
 }
@@ -289,9 +283,9 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
 // are at once the A operand of S^T W^T and S^T Q'^T and the accumulator of S^T += U^T Kr.
 template <int K, int VS>
 struct RecurStage {
-  static constexpr int KP = K + 8, UP = VS + 4;
+  static constexpr int KP = K + 8, UP = VS + 8;
   bf16 w[C][KP], qp[C][KP], kr[C][KP];
-  float u0[C][UP], o0[C][UP];
+  bf16 u0[C][UP], o0[C][UP];
   float eg[K];
 };
 
@@ -335,10 +329,10 @@ __global__ void __launch_bounds__(WARPS * 32) kda_chunk_recur(const kdactl_kda_a
       bf16* dst = m == 0 ? st.w[r] : m == 1 ? st.qp[r] : st.kr[r];
       cp_async16(dst + j * 8, reinterpret_cast<const bf16*>(blk + B::kW + m * (C * K * 2)) + r * K + j * 8);
     }
-    for (int i = threadIdx.x; i < 2 * C * (VS / 4); i += WARPS * 32) {
-      const int m = i / (C * (VS / 4)), r = (i / (VS / 4)) % C, j = i % (VS / 4);
-      float* dst = m == 0 ? st.u0[r] : st.o0[r];
-      cp_async16(dst + j * 4, reinterpret_cast<const float*>(blk + B::kU0 + m * (C * V * 4)) + r * V + v_cta + j * 4);
+    for (int i = threadIdx.x; i < 2 * C * (VS / 8); i += WARPS * 32) {
+      const int m = i / (C * (VS / 8)), r = (i / (VS / 8)) % C, j = i % (VS / 8);
+      bf16* dst = m == 0 ? st.u0[r] : st.o0[r];
+      cp_async16(dst + j * 8, reinterpret_cast<const bf16*>(blk + B::kU0 + m * (C * V * 2)) + r * V + v_cta + j * 8);
     }
     for (int i = threadIdx.x; i < K / 4; i += WARPS * 32)
       cp_async16(&st.eg[i * 4], reinterpret_cast<const float*>(blk + B::kEg) + i * 4);
@@ -370,8 +364,12 @@ __global__ void __launch_bounds__(WARPS * 32) kda_chunk_recur(const kdactl_kda_a
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
       const int tok = 8 * nt + 2 * t, vl = vw + g;
-      u[nt][0] = st.u0[tok][vl], u[nt][1] = st.u0[tok + 1][vl], u[nt][2] = st.u0[tok][vl + 8], u[nt][3] = st.u0[tok + 1][vl + 8];
-      out[nt][0] = st.o0[tok][vl], out[nt][1] = st.o0[tok + 1][vl], out[nt][2] = st.o0[tok][vl + 8], out[nt][3] = st.o0[tok + 1][vl + 8];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int tk = tok + (i & 1), vv = vl + (i >> 1) * 8;
+        u[nt][i] = bf(st.u0[tk][vv]);
+        out[nt][i] = bf(st.o0[tk][vv]);
+      }
     }
     const int lr = (lane >> 4) * 8 + (lane & 7), lc = ((lane >> 3) & 1) * 8;  // ldmatrix row addresses
 #pragma unroll

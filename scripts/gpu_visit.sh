@@ -47,6 +47,10 @@ for section in "$@"; do
       cp fleet/baselines/H200.toml $OUT/H200.toml
       python3 -c "import re;t=open('fleet/baselines/H200.toml').read();open('$S/fast.toml','w').write(re.sub(r'median_ms = ([0-9.eE+-]+)',lambda m:f'median_ms = {float(m[1])/2!r}',t))"
       timeout 60 kdactl bench --suite smoke --peers none --iters 8 --gate --baseline $S/fast.toml | tail -3; echo "2x-faster gate rc=$?" ;;
+    tune) time timeout 150 python3 scripts/tune_chunk.py ;;
+    chunk-tests) time timeout 200 python3 -m pytest -q -m gpu tests/test_kda_chunk_gpu.py -p no:cacheprovider --durations=8 2>&1 | grep -vE "^(tests|\s)" | tail -30 ;;
+    op-tests) time timeout 120 python3 -m pytest -q -m gpu tests/test_kda_gpu.py -p no:cacheprovider \
+        -k "graph or workspace or compile or stream or device or batched or varlen or extreme" 2>&1 | tail -5 ;;
     small-bh) grep -h warmed $S/warm_*.log; bench small-bh --iters 5 --warmup 1 ;;
     serving) grep -h warmed $S/warm_*.log; bench serving --iters 12 --warmup 2 ;;
     *) echo "unknown section $section" ;;

@@ -1,0 +1,40 @@
+"""Time route "chunk" variants (recurrence warps x pipeline stages, the `tuning` knob) side by side on
+the serving and small-bh shapes: CUDA events, L2 flushed before every call, median of --iters.
+Each variant is first held to the default variant's output."""
+import argparse
+import statistics
+
+import torch
+
+from kdactl.kda import prefill
+from kdactl.kda.inputs import cu_seqlens_of, random_inputs
+from kdactl.reference import error_ratio
+
+SHAPES = [(1, 8192, 64, None), (1, 8192, 96, None), (2, 16384, 64, None), (8, 4096, 12, None),
+          (1, 8192, 96, [1300, 547, 2048, 963, 271, 3063]), (1, 65536, 8, None), (1, 131072, 1, None)]  # fmt: skip
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--tunings", default="0,24,44,28,48,18,84,88")
+ap.add_argument("--iters", type=int, default=10)
+args = ap.parse_args()
+tunings = [int(t) for t in args.tunings.split(",")]
+flush = torch.empty(240 * 2**20, dtype=torch.uint8, device="cuda")
+print("shape | " + " | ".join(f"t={t}" for t in tunings))
+for B, T, H, lengths in SHAPES:
+    x, _, cu = random_inputs(B, T, H, lengths=lengths, device="cuda", seed=1)
+    ref, _ = prefill(**x, cu_seqlens=cu, route="chunk")
+    row = []
+    for t in tunings:
+        o, _ = prefill(**x, cu_seqlens=cu, route="chunk", tuning=t)
+        err = error_ratio(ref, o)
+        times = []
+        for _ in range(args.iters):
+            flush.zero_()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            prefill(**x, cu_seqlens=cu, route="chunk", tuning=t)
+            b.record()
+            torch.cuda.synchronize()
+            times.append(a.elapsed_time(b))
+        row.append(f"{statistics.median(times):.3f}" + ("" if err < 1e-6 else f" (err {err:.1e})"))
+    print(f"B{B}-T{T}-H{H}{'-varlen' if lengths else ''} | " + " | ".join(row), flush=True)
