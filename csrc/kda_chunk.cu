@@ -56,7 +56,7 @@ template <int K, int V>
 int launch(const kdactl_kda_args& a, RecurShape rs, cudaStream_t stream) {
   if (a.workspace == nullptr || a.workspace_bytes < workspace_bytes<K, V>(a)) return KDACTL_ERR_BAD_ARGUMENT;
   auto prepare = a.g_is_bf16 ? kda_chunk_prepare<K, V, true> : kda_chunk_prepare<K, V, false>;
-  const size_t smem = sizeof(PrepSmem<K, V>);
+  const size_t smem = a.g_is_bf16 ? sizeof(PrepSmem<K, V, true>) : sizeof(PrepSmem<K, V, false>);
   if (int rc = set_smem(prepare, smem)) return rc;
   const int64_t slots = num_slots(a);
   if (slots > 0x7fffffff) return KDACTL_ERR_UNSUPPORTED;

@@ -48,13 +48,13 @@ __host__ __device__ inline int64_t num_slots(const kdactl_kda_args& a) {
 }
 
 // ---- Kernel 1: one warp per (slot, head) ----------------------------------------------------------
-template <int K, int V>
+template <int K, int V, bool kGBf16>
 struct PrepSmem {
-  static constexpr int KP = K + 8, VP = V + 8;  // bf16 pitches: conflict-free fragment reads
-  static constexpr int GP = K + 4;              // fp32 pitch
+  static constexpr int KP = K + 8, VP = V + 8;  // pitches that make the fragment reads
+  static constexpr int GP = K + 8;              // (scalar and paired) free of bank conflicts
   static constexpr int NP = C + 1;
   bf16 q[C][KP], k[C][KP], v[C][VP];
-  bf16 graw[C][KP];  // g as given, when it is bf16
+  bf16 graw[kGBf16 ? C : 1][KP];  // g as given, when it is bf16
   float G[C][GP];
   float N[C][NP], P[C][NP], M[C][NP], PM[C][NP];
   float beta[C];
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
 #ifdef KDACTL_ARCH_MISMATCH
   __trap();
 #else
-  using Sm = PrepSmem<K, V>;
+  using Sm = PrepSmem<K, V, kGBf16>;
   using B = Block<K, V>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Sm& sm = *reinterpret_cast<Sm*>(smem_raw);
@@ -152,14 +152,19 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
     float acc_a[2][4] = {}, acc_p[2][4] = {};
 #pragma unroll 4
     for (int kk = 0; kk < K / 8; ++kk) {
-      uint32_t ak[4], aq[4], ki[4];  // positions (g | g+8, 8kk + t | +4), the tf32 A layout
+      // The sum over keys may take them in any order: k-index t is key 8kk + 2t and k-index t + 4
+      // is key 8kk + 2t + 1, so that each lane's two keys per row are adjacent (paired loads).
+      uint32_t ak[4], aq[4], ki[4];  // A layout positions: (g, t) (g+8, t) (g, t+4) (g+8, t+4)
 #pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        const int r = g + (p & 1) * 8, col = 8 * kk + t + (p >> 1) * 4;
-        const float G = sm.G[r][col], e = ex(G), kv = bf(sm.k[r][col]);
-        ak[p] = to_tf32(kv * e);
-        aq[p] = to_tf32(bf(sm.q[r][col]) * scale * e);
-        ki[p] = to_tf32(kv * ex(-G));
+      for (int half = 0; half < 2; ++half) {
+        const int r = g + half * 8, col = 8 * kk + 2 * t;
+        const float2 G = *reinterpret_cast<const float2*>(&sm.G[r][col]);
+        const float2 kv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&sm.k[r][col]));
+        const float2 qv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&sm.q[r][col]));
+        const float e0 = ex(G.x), e1 = ex(G.y);
+        ak[half] = to_tf32(kv.x * e0), ak[half + 2] = to_tf32(kv.y * e1);
+        aq[half] = to_tf32(qv.x * scale * e0), aq[half + 2] = to_tf32(qv.y * scale * e1);
+        ki[half] = to_tf32(kv.x * ex(-G.x)), ki[half + 2] = to_tf32(kv.y * ex(-G.y));
       }
       // B = (K e^-G)^T: tokens 0-7 are rows g of this lane's positions, tokens 8-15 rows g+8.
       mma_tf32(acc_a[0], ak, ki[0], ki[2]);
@@ -212,7 +217,7 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
   __syncwarp();
 
   // A operands over the chunk's tokens (k-steps s = 0-7 and 8-15).
-  auto a_frags = [&](const float (*X)[PrepSmem<K, V>::NP], uint32_t (&f)[2][4], float sign) {
+  auto a_frags = [&](const float (*X)[Sm::NP], uint32_t (&f)[2][4], float sign) {
 #pragma unroll
     for (int ks = 0; ks < 2; ++ks)
 #pragma unroll
@@ -242,9 +247,12 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
     const int col = 8 * nt + g, c0 = 8 * nt + 2 * t;
     float w[4] = {}, qp[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = g + (i >> 1) * 8, c = c0 + (i & 1);
-      qp[i] = bf(sm.q[r][c]) * scale * ex(sm.G[r][c]);
+    for (int half = 0; half < 2; ++half) {
+      const int r = g + half * 8;
+      const float2 G = *reinterpret_cast<const float2*>(&sm.G[r][c0]);
+      const float2 qv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&sm.q[r][c0]));
+      qp[2 * half] = qv.x * scale * ex(G.x);
+      qp[2 * half + 1] = qv.y * scale * ex(G.y);
     }
 #pragma unroll
     for (int ks = 0; ks < 2; ++ks) {
@@ -284,8 +292,8 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
 template <int K, int VS>
 struct RecurStage {
   static constexpr int KP = K + 8, UP = VS + 8;
-  bf16 w[C][KP], qp[C][KP], kr[C][KP];
-  bf16 u0[C][UP], o0[C][UP];
+  bf16 w[C][KP], qp[C][KP], kr[C][KP];  // back to back: loaded as 3C rows
+  bf16 u0[C][UP], o0[C][UP];            // likewise 2C rows
   float eg[K];
 };
 
@@ -324,16 +332,15 @@ __global__ void __launch_bounds__(WARPS * 32) kda_chunk_recur(const kdactl_kda_a
 
   auto load = [&](int64_t c, St& st) {
     const unsigned char* blk = ws + ((slot0 + c) * H + h) * B::kBytes;
-    for (int i = threadIdx.x; i < 3 * C * (K / 8); i += WARPS * 32) {
-      const int m = i / (C * (K / 8)), r = (i / (K / 8)) % C, j = i % (K / 8);
-      bf16* dst = m == 0 ? st.w[r] : m == 1 ? st.qp[r] : st.kr[r];
-      cp_async16(dst + j * 8, reinterpret_cast<const bf16*>(blk + B::kW + m * (C * K * 2)) + r * K + j * 8);
-    }
-    for (int i = threadIdx.x; i < 2 * C * (VS / 8); i += WARPS * 32) {
-      const int m = i / (C * (VS / 8)), r = (i / (VS / 8)) % C, j = i % (VS / 8);
-      bf16* dst = m == 0 ? st.u0[r] : st.o0[r];
-      cp_async16(dst + j * 8, reinterpret_cast<const bf16*>(blk + B::kU0 + m * (C * V * 2)) + r * V + v_cta + j * 8);
-    }
+    // -W, Q', Kr: 3C rows of K, back to back in the block and (at pitch KP) in the stage.
+    constexpr int kRow = K / 8, kSlice = VS / 8;  // 16-byte pieces per row
+    const bf16* kside = reinterpret_cast<const bf16*>(blk + B::kW);
+    for (int i = threadIdx.x; i < 3 * C * kRow; i += WARPS * 32)
+      cp_async16(&st.w[0][0] + (i / kRow) * St::KP + (i % kRow) * 8, kside + i * 8);
+    // U0, O0: 2C rows, of which this CTA takes its VS values.
+    const bf16* vside = reinterpret_cast<const bf16*>(blk + B::kU0) + v_cta;
+    for (int i = threadIdx.x; i < 2 * C * kSlice; i += WARPS * 32)
+      cp_async16(&st.u0[0][0] + (i / kSlice) * St::UP + (i % kSlice) * 8, vside + (i / kSlice) * V + (i % kSlice) * 8);
     for (int i = threadIdx.x; i < K / 4; i += WARPS * 32)
       cp_async16(&st.eg[i * 4], reinterpret_cast<const float*>(blk + B::kEg) + i * 4);
   };
@@ -360,7 +367,8 @@ __global__ void __launch_bounds__(WARPS * 32) kda_chunk_recur(const kdactl_kda_a
       as[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
     }
     // U^T = U0^T + S^T (-W)^T and O^T = O0^T + S^T Q'^T: [16 values x 16 tokens] per warp.
-    float u[2][4], out[2][4];
+    // Even and odd k-steps accumulate apart: two dependent mma chains of K/32 instead of one of K/16.
+    float u[2][4], out[2][4], u_odd[2][4] = {}, out_odd[2][4] = {};
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
       const int tok = 8 * nt + 2 * t, vl = vw + g;
@@ -377,11 +385,17 @@ __global__ void __launch_bounds__(WARPS * 32) kda_chunk_recur(const kdactl_kda_a
       uint32_t bw[4], bq[4];
       ldmatrix_x4(bw, &st.w[lr][16 * kk + lc]);
       ldmatrix_x4(bq, &st.qp[lr][16 * kk + lc]);
-      mma_bf16(u[0], as[kk], bw[0], bw[1]);
-      mma_bf16(u[1], as[kk], bw[2], bw[3]);
-      mma_bf16(out[0], as[kk], bq[0], bq[1]);
-      mma_bf16(out[1], as[kk], bq[2], bq[3]);
+      float(&uk)[2][4] = (kk & 1) ? u_odd : u;
+      float(&ok)[2][4] = (kk & 1) ? out_odd : out;
+      mma_bf16(uk[0], as[kk], bw[0], bw[1]);
+      mma_bf16(uk[1], as[kk], bw[2], bw[3]);
+      mma_bf16(ok[0], as[kk], bq[0], bq[1]);
+      mma_bf16(ok[1], as[kk], bq[2], bq[3]);
     }
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) u[nt][i] += u_odd[nt][i], out[nt][i] += out_odd[nt][i];
     // o: through a per-warp tile, then one 16-byte store per lane.
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)

@@ -49,8 +49,9 @@ RULES: dict[str, Rule] = {
 ROUTES: tuple[str, ...] = tuple(RULES)
 
 # The chunked route wins once sequences average this many tokens (csrc/PERF.md, measured on the
-# H200): below it the direct route's single launch beats the chunked route's two.
-CHUNK_MIN_TOKENS = 32
+# H200): below it the direct route's single launch beats the chunked route's two launches. The SKU
+# matrix's decode_like class (T <= 64) sits below it.
+CHUNK_MIN_TOKENS = 65
 
 
 def tokens_per_sequence(p: KdaProblem) -> float:
