@@ -11,8 +11,8 @@ from kdactl.kda import KdaWorkspace, prefill
 from kdactl.smoke import SmokeRow, make_inputs, replay_equals_eager
 
 pytestmark = pytest.mark.gpu
-ROW = SmokeRow("decode_like", 1, 157, 4, (60, 0, 97))  # captured varlen, with an empty sequence
-SMALL = SmokeRow("decode_like", 1, 64, 2, (64,))
+ROW = SmokeRow("serving", 1, 157, 4, (60, 0, 97))  # captured varlen, with an empty sequence
+SMALL = SmokeRow("small_bh", 1, 64, 2, (64,))
 REPLAYS = 3
 
 

@@ -11,7 +11,7 @@ from kdactl.smoke import SmokeRow, make_inputs
 
 pytestmark = pytest.mark.gpu
 ROW_A = SmokeRow("serving", 2, 256, 8, (256, 256))
-ROW_B = SmokeRow("decode_like", 3, 48, 4, (48, 48, 48))
+ROW_B = SmokeRow("decode_like", 3, 12, 4, (12, 12, 12))
 
 
 def _serial(row, device, seed):

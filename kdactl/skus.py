@@ -20,7 +20,7 @@ Version = tuple[int, int]
 
 # Every SKU kdactl.node.classify_sku can return, besides "unknown" (SPEC order).
 SKU_NAMES = ("H100-SXM", "H100-PCIe", "H200", "B200", "GB200", "B300", "GB300", "A100", "L40S", "RTX-PRO-6000")
-# Shape classes: decode_like (T <= 64), serving (many heads), small_bh (few heads, long T).
+# Shape classes: decode_like (T < 16, under one chunk), serving (many heads), small_bh (few heads, long T).
 SHAPE_CLASSES = ("decode_like", "serving", "small_bh")
 ROUTES = ("direct", "chunk", "small_bh")
 _VERSION = re.compile(r"^(\d+)\.(\d+)$")

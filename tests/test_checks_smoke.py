@@ -15,7 +15,7 @@ H200 = DeviceInfo(sm_count=132, cc=(9, 0), target="sm_90a")
 
 def test_rows_cover_every_shape_class_and_name_their_shape():
     assert {r.shape_class for r in SUITE_ROWS} == set(SHAPE_CLASSES)
-    assert SUITE_ROWS[0].name == "decode_like-B4-T32-H8"
+    assert SUITE_ROWS[0].name == "decode_like-B4-T8-H8"
     assert all(len(r.lengths) >= 1 for r in (*SUITE_ROWS, *PAYLOAD_ROWS))
 
 

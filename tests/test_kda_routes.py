@@ -45,9 +45,9 @@ def test_chunk_wins_from_the_measured_boundary():
 
 
 def test_varlen_boundary_uses_mean_tokens_per_sequence():
-    # 6 sequences in 8192 tokens: chunk; 300 sequences in 8192 tokens (27 each): direct.
+    # 6 sequences in 8192 tokens: chunk; 1000 sequences in 8192 tokens (8 each): direct.
     assert select_route(problem(T=8192, varlen=True, N=6), H200) == "chunk"
-    assert select_route(problem(T=8192, varlen=True, N=300), H200) == "direct"
+    assert select_route(problem(T=8192, varlen=True, N=1000), H200) == "direct"
 
 
 def test_chunk_needs_k_equal_v():

@@ -48,10 +48,10 @@ RULES: dict[str, Rule] = {
 }
 ROUTES: tuple[str, ...] = tuple(RULES)
 
-# The chunked route wins once sequences average this many tokens (csrc/PERF.md, measured on the
-# H200): below it the direct route's single launch beats the chunked route's two launches. The SKU
-# matrix's decode_like class (T <= 64) sits below it.
-CHUNK_MIN_TOKENS = 65
+# The chunked route takes sequences that average at least one chunk. Measured on the H200
+# (csrc/PERF.md): at B4 H8 it beats direct from T = 16 on (0.012 vs 0.025 ms; 0.037 vs 0.238 ms at
+# T = 256); below one chunk nothing was measured and the single-launch direct route stays.
+CHUNK_MIN_TOKENS = 16
 
 
 def tokens_per_sequence(p: KdaProblem) -> float:
