@@ -25,7 +25,7 @@ bench() {  # suite name, then extra args
 for section in "$@"; do
   echo "== $section ($(date +%T))"
   case $section in
-    tests) time timeout 300 python3 -m pytest -q -m gpu tests -p no:cacheprovider --maxfail=25 --junitxml=$OUT/gpu.xml 2>&1 | grep -vE "^(tests|\s)" | tail -40 ;;
+    tests) time timeout 300 python3 -m pytest -q -m gpu tests -p no:cacheprovider --maxfail=25 --junitxml=$OUT/gpu.xml -o junit_logging=system-out 2>&1 | grep -vE "^(tests|\s)" | tail -40 ;;
     certify)
       time timeout 180 kdactl certify --expect-gpus 1 --expect-sku H200 --out /tmp/kd/cert.json \
         --junit $OUT/certify.xml --prom $OUT/kdactl.prom --json > $OUT/certify.json; echo certify rc=$?
@@ -47,9 +47,10 @@ for section in "$@"; do
       python3 -c "import re;t=open('fleet/baselines/H200.toml').read();open('$S/fast.toml','w').write(re.sub(r'median_ms = ([0-9.eE+-]+)',lambda m:f'median_ms = {float(m[1])/2!r}',t))"
       timeout 60 kdactl bench --suite smoke --peers none --iters 8 --gate --baseline $S/fast.toml | tail -3; echo "2x-faster gate rc=$?" ;;
     tune) time timeout 150 python3 scripts/tune_chunk.py ;;
-    chunk-tests) time timeout 200 python3 -m pytest -q -m gpu tests/test_kda_chunk_gpu.py -p no:cacheprovider --durations=8 2>&1 | grep -vE "^(tests|\s)" | tail -30 ;;
+    chunk-tests) time timeout 200 python3 -m pytest -q -m gpu tests/test_kda_chunk_gpu.py -p no:cacheprovider --durations=8 \
+        --junitxml=$OUT/chunk.xml -o junit_logging=system-out 2>&1 | grep -vE "^(tests|\s)" | tail -30 ;;
     chunk-tests-or-fallback)  # a kernel change never measured before: on failure, certify the last good one
-      timeout 200 python3 -m pytest -q -m gpu tests/test_kda_chunk_gpu.py -p no:cacheprovider -x 2>&1 | tail -4
+      timeout 200 python3 -m pytest -q -m gpu tests/test_kda_chunk_gpu.py -p no:cacheprovider -x --junitxml=$OUT/chunk.xml -o junit_logging=system-out 2>&1 | tail -4
       if [ "${PIPESTATUS[0]}" != 0 ] && [ -d .fallback ]; then
         echo "FELL BACK to .fallback"; cp .fallback/* csrc/; kdactl build | tail -2
       fi ;;
@@ -57,6 +58,7 @@ for section in "$@"; do
         --shape 4,256,8 --shape 1,64,64 --shape 1,256,64 --routes direct,chunk --peers none --iters 10 --warmup 2 \
         --markdown $OUT/boundary.md > /dev/null; cat $OUT/boundary.md ;;
     op-tests) time timeout 120 python3 -m pytest -q -m gpu tests/test_kda_gpu.py -p no:cacheprovider \
+        --junitxml=$OUT/op.xml -o junit_logging=system-out \
         -k "graph or workspace or compile or stream or device or batched or varlen or extreme" 2>&1 | tail -5 ;;
     ncu) time timeout 150 ncu -k regex:kda_chunk --launch-skip 2 --launch-count 2 --section SpeedOfLight \
         --section WarpStateStats --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
