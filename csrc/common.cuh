@@ -41,5 +41,19 @@
 // After a launch: report a bad configuration at once instead of at the next sync.
 static inline int kdactl_launch_status() { return (int)cudaGetLastError(); }
 
+// Every route launcher's first step: the bounds all routes share, then, unless the batch is empty,
+// the device check and the device's SM count. 0 with *sms == 0 means an empty batch (nothing to do).
+static inline int kdactl_launch_prologue(const kdactl_kda_args* a, int* sms) {
+  *sms = 0;
+  if (a == nullptr) return KDACTL_ERR_BAD_ARGUMENT;
+  if (a->batch < 0 || a->batch > 65535 || a->heads <= 0 || a->heads > 65535 || a->seqlen < 0) return KDACTL_ERR_BAD_ARGUMENT;
+  if (a->batch == 0) return 0;
+  if (int rc = kdactl_check_device()) return rc;
+  int dev = 0;
+  KDACTL_TRY(cudaGetDevice(&dev));
+  KDACTL_TRY(cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev));
+  return 0;
+}
+
 // Workspace sizes of the routes that need one (0 for an unsupported shape); library.cu dispatches.
 uint64_t kdactl_chunk_workspace_bytes(const kdactl_kda_args& a);

@@ -80,16 +80,11 @@ uint64_t kdactl_chunk_workspace_bytes(const kdactl_kda_args& a) {
 }
 
 extern "C" int kdactl_kda_chunk(const kdactl_kda_args* args, void* stream) {
-  if (args == nullptr) return KDACTL_ERR_BAD_ARGUMENT;
+  int sms = 0;
+  if (int rc = kdactl_launch_prologue(args, &sms)) return rc;
   const kdactl_kda_args& a = *args;
-  if (a.batch < 0 || a.batch > 65535 || a.heads <= 0 || a.heads > 65535 || a.seqlen < 0) return KDACTL_ERR_BAD_ARGUMENT;
   if (!supported(a)) return KDACTL_ERR_UNSUPPORTED;
-  if (a.batch == 0) return 0;
-  int rc = kdactl_check_device();
-  if (rc != 0) return rc;
-  int dev = 0, sms = 0;
-  KDACTL_TRY(cudaGetDevice(&dev));
-  KDACTL_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  if (sms == 0) return 0;
   auto s = static_cast<cudaStream_t>(stream);
   const RecurShape rs = pick_recur(a, a.value_dim, sms);
   return a.key_dim == 64 ? launch<64, 64>(a, rs, s) : launch<128, 128>(a, rs, s);

@@ -44,16 +44,11 @@ int launch_k(const kdactl_kda_args& a, int cols, cudaStream_t stream) {
 }  // namespace
 
 extern "C" int kdactl_kda_direct(const kdactl_kda_args* args, void* stream) {
-  if (args == nullptr) return KDACTL_ERR_BAD_ARGUMENT;
+  int sms = 0;
+  if (int rc = kdactl_launch_prologue(args, &sms)) return rc;
   const kdactl_kda_args& a = *args;
-  if (a.batch < 0 || a.batch > 65535 || a.heads <= 0 || a.heads > 65535 || a.seqlen < 0) return KDACTL_ERR_BAD_ARGUMENT;
   if (a.value_dim > 128 || a.value_dim % 16 != 0) return KDACTL_ERR_UNSUPPORTED;
-  if (a.batch == 0) return 0;
-  int rc = kdactl_check_device();
-  if (rc != 0) return rc;
-  int dev = 0, sms = 0;
-  KDACTL_TRY(cudaGetDevice(&dev));
-  KDACTL_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  if (sms == 0) return 0;
   const int cols = pick_columns(a, sms);
   auto s = static_cast<cudaStream_t>(stream);
   switch (a.key_dim) {
