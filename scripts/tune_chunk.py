@@ -1,13 +1,15 @@
-"""Time route "chunk" variants (recurrence warps x pipeline stages, the `tuning` knob) side by side on
-the serving and small-bh shapes: CUDA events, L2 flushed before every call, median of --iters.
+"""Time route "chunk" variants (recurrence warps x pipeline stages, the `tuning` knob: 10 * stages +
+warps, 0 = the launcher's choice) side by side on the serving and small-bh shapes, with kdactl bench's
+timer (CUPTI kernel durations when cupti-python is installed) and its cold-L2 flush; median of --iters.
 Each variant is first held to the default variant's output."""
 import argparse
 import statistics
 
 import torch
 
+from kdactl.bench.timing import L2Flusher, make_timer
 from kdactl.kda import prefill
-from kdactl.kda.inputs import cu_seqlens_of, random_inputs
+from kdactl.kda.inputs import random_inputs
 from kdactl.reference import error_ratio
 
 SHAPES = [(1, 8192, 64, None), (1, 8192, 96, None), (2, 16384, 64, None), (8, 4096, 12, None),
@@ -18,23 +20,21 @@ ap.add_argument("--tunings", default="0,24,44,28,48,18,84,88")
 ap.add_argument("--iters", type=int, default=10)
 args = ap.parse_args()
 tunings = [int(t) for t in args.tunings.split(",")]
-flush = torch.empty(240 * 2**20, dtype=torch.uint8, device="cuda")
+device = torch.device("cuda", torch.cuda.current_device())
+timer, timer_note = make_timer(device)
+flush = L2Flusher(device, torch.cuda.get_device_properties(device).L2_cache_size)
+print(f"timer {timer.name} ({timer_note}); median ms of {args.iters}")
 print("shape | " + " | ".join(f"t={t}" for t in tunings))
 for B, T, H, lengths in SHAPES:
     x, _, cu = random_inputs(B, T, H, lengths=lengths, device="cuda", seed=1)
     ref, _ = prefill(**x, cu_seqlens=cu, route="chunk")
     row = []
     for t in tunings:
-        o, _ = prefill(**x, cu_seqlens=cu, route="chunk", tuning=t)
+        o, _ = prefill(**x, cu_seqlens=cu, route="chunk", tuning=t)  # also the warmup
         err = error_ratio(ref, o)
         times = []
         for _ in range(args.iters):
-            flush.zero_()
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            prefill(**x, cu_seqlens=cu, route="chunk", tuning=t)
-            b.record()
-            torch.cuda.synchronize()
-            times.append(a.elapsed_time(b))
+            flush()
+            times.append(timer.time_ms(lambda: prefill(**x, cu_seqlens=cu, route="chunk", tuning=t)))
         row.append(f"{statistics.median(times):.3f}" + ("" if err < 1e-6 else f" (err {err:.1e})"))
     print(f"B{B}-T{T}-H{H}{'-varlen' if lengths else ''} | " + " | ".join(row), flush=True)
