@@ -89,6 +89,17 @@ def test_gate_slowdown_within_spread_is_not_a_failure():
     assert bl.gate_exit([row]) == EXIT_PASS
 
 
+def test_gate_warns_when_auto_runs_another_route_than_the_baseline_timed():
+    stale = bl.Baseline("H200", 0.1, {A.label: bl.Entry(1.0, route="chunk")})
+    row = bl.judge(run_with(A, [[0.5], [0.5]]), stale)  # auto -> direct now
+    assert row.status == bl.ROUTE_CHANGED and "timed route chunk, auto now runs direct" in row.message
+    assert bl.gate_exit([row]) == EXIT_PASS
+    slower = bl.judge(run_with(A, [[2.0], [2.1]]), stale)
+    assert slower.status == bl.REGRESSED  # a clear regression fails whatever the route
+    same = bl.Baseline("H200", 0.1, {A.label: bl.Entry(1.0, route="direct")})
+    assert bl.judge(run_with(A, [[0.5], [0.5]]), same).status == bl.PASS
+
+
 def test_gate_cannot_measure_is_inconclusive():
     rows = [bl.judge(run_with(A, None, status=FAILED), base()), bl.judge(ShapeRun(A, [], "setup failed: boom"), base())]
     assert {r.status for r in rows} == {bl.NOT_MEASURED}

@@ -45,8 +45,11 @@ def row(label, status, measured=1.0):
 
 
 def test_perf_results_mapping():
-    out = perf_results([row("A", "pass"), row("B", "regressed"), row("C", "slower-within-noise"), row("D", "not-measured", None)], 1, [])
-    assert [(r.check, r.status) for r in out] == [("perf[A]", "pass"), ("perf[B]", "fail"), ("perf[C]", "warn"), ("perf[D]", "error")]
+    rows = [row("A", "pass"), row("B", "regressed"), row("C", "slower-within-noise"), row("D", "not-measured", None),
+            row("E", "route-changed")]  # fmt: skip
+    out = perf_results(rows, 1, [])
+    assert [(r.check, r.status) for r in out] == [("perf[A]", "pass"), ("perf[B]", "fail"), ("perf[C]", "warn"),
+                                                  ("perf[D]", "error"), ("perf[E]", "warn")]  # fmt: skip
     assert out[0].to_json()["unit"] == "ms" and out[0].to_json()["baseline"] == 0.9
 
 

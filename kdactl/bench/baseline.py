@@ -26,6 +26,9 @@ DEFAULT_TOLERANCE = 0.10
 GATED = "auto"  # the candidate a baseline records and the gate judges
 
 PASS, REGRESSED, NOISE, NO_BASELINE, NOT_MEASURED = "pass", "regressed", "slower-within-noise", "no-baseline", "not-measured"
+# Within the threshold, but auto now runs another route than the one the baseline timed: the gate
+# can no longer see that route's regressions until the baseline is recorded again.
+ROUTE_CHANGED = "route-changed"
 
 
 @dataclass(frozen=True)
@@ -113,9 +116,8 @@ def record(old: Baseline | None, runs: Iterable[ShapeRun], sku: str, meta: dict[
         o = run.outcome(GATED)
         if o is None or o.status != OK or o.summary is None:
             continue
-        route = o.note.split("->", 1)[-1].strip() if "->" in o.note else None
         s = o.summary
-        shapes[run.shape.label] = Entry(round(s.median_ms, 6), round(s.min_ms, 6), round(s.max_ms, 6), route)
+        shapes[run.shape.label] = Entry(round(s.median_ms, 6), round(s.min_ms, 6), round(s.max_ms, 6), _auto_route(o))
     tol = tolerance if tolerance is not None else (old.tolerance if old else DEFAULT_TOLERANCE)
     stamp = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
     return Baseline(sku, tol, shapes, {**(old.meta if old else {}), **meta, "recorded_at": stamp})
@@ -135,6 +137,11 @@ class GateRow:
         return dict(self.__dict__)
 
 
+def _auto_route(outcome) -> str | None:
+    """The route auto ran, from its note ("auto -> chunk")."""
+    return outcome.note.split("->", 1)[-1].strip() if "->" in outcome.note else None
+
+
 def judge(run: ShapeRun, baseline: Baseline) -> GateRow:
     label = run.shape.label
     o = run.outcome(GATED)
@@ -149,6 +156,10 @@ def judge(run: ShapeRun, baseline: Baseline) -> GateRow:
     row = dict(measured_ms=s.median_ms, baseline_ms=entry.median_ms, threshold_ms=thr, fastest_block_ms=s.block_lo_ms)
     said = f"measured {s.median_ms:.4g} ms, baseline {entry.median_ms:.4g} ms, threshold {thr:.4g} ms (+{baseline.tolerance:.0%})"
     if s.median_ms <= thr:
+        now = _auto_route(o)
+        if entry.route and now and now != entry.route:
+            return GateRow(label, ROUTE_CHANGED, **row, message=f"{said}; the baseline timed route {entry.route}, auto "
+                           f"now runs {now}: record the baseline again (--record-baseline)")  # fmt: skip
         return GateRow(label, PASS, **row, message=said)
     if s.block_lo_ms > thr:
         return GateRow(label, REGRESSED, **row, message=f"{said}; even the fastest block ({s.block_lo_ms:.4g} ms) is over")

@@ -147,7 +147,8 @@ def perf_stage(ctx: StageContext) -> list[CheckResult]:
     return perf_results(report.gate_rows, report.exit_code, report.reasons)
 
 
-_ROW_STATUS = {"pass": "pass", "regressed": "fail", "slower-within-noise": "warn", "no-baseline": "error", "not-measured": "error"}
+_ROW_STATUS = {"pass": "pass", "regressed": "fail", "slower-within-noise": "warn", "route-changed": "warn",
+               "no-baseline": "error", "not-measured": "error"}
 
 
 def perf_results(rows: list[Any], exit_code: int, reasons: list[str]) -> list[CheckResult]:
