@@ -6,7 +6,6 @@ namespace {
 
 using namespace kdactl::chunk;
 
-
 template <int K, int V>
 uint64_t workspace_bytes(const kdactl_kda_args& a) {
   return static_cast<uint64_t>(num_slots(a)) * a.heads * Block<K, V>::kBytes;
@@ -36,24 +35,34 @@ int set_smem(Kernel kernel, size_t bytes) {
   return (int)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
+template <int K, int WARPS, int STAGES>
+constexpr size_t recur_smem() {
+  return STAGES * sizeof(RecurStage<K, 16 * WARPS>) + WARPS * C * 24 * sizeof(bf16);
+}
+
 template <int K, int V, int WARPS, int STAGES>
 int launch_recur(const kdactl_kda_args& a, cudaStream_t stream) {
   if (V % (16 * WARPS) != 0) return KDACTL_ERR_UNSUPPORTED;
   auto kernel = kda_chunk_recur<K, V, WARPS, STAGES>;
-  const size_t smem = STAGES * sizeof(RecurStage<K, 16 * WARPS>) + WARPS * C * 24 * sizeof(bf16);
+  const size_t smem = recur_smem<K, WARPS, STAGES>();
   if (int rc = set_smem(kernel, smem)) return rc;
   const dim3 grid(V / (16 * WARPS), a.heads, static_cast<unsigned>(a.batch));
   kernel<<<grid, WARPS * 32, smem, stream>>>(a, static_cast<const unsigned char*>(a.workspace));
   return kdactl_launch_status();
 }
 
+// The deep ring where the device's shared memory per block allows it (227 KB on sm_90 and sm_100,
+// 163 KB on sm_80, 99 KB on sm_86/89/120), else the 4-stage one.
 template <int K, int V, int WARPS>
-int launch_stages(const kdactl_kda_args& a, int stages, cudaStream_t stream) {
-  return stages == 8 ? launch_recur<K, V, WARPS, 8>(a, stream) : launch_recur<K, V, WARPS, 4>(a, stream);
+int launch_stages(const kdactl_kda_args& a, int stages, int smem_optin, cudaStream_t stream) {
+  if (stages == 8 && recur_smem<K, WARPS, 8>() <= static_cast<size_t>(smem_optin))
+    return launch_recur<K, V, WARPS, 8>(a, stream);
+  if (recur_smem<K, WARPS, 4>() > static_cast<size_t>(smem_optin)) return KDACTL_ERR_UNSUPPORTED;
+  return launch_recur<K, V, WARPS, 4>(a, stream);
 }
 
 template <int K, int V>
-int launch(const kdactl_kda_args& a, RecurShape rs, cudaStream_t stream) {
+int launch(const kdactl_kda_args& a, RecurShape rs, int smem_optin, cudaStream_t stream) {
   if (a.workspace == nullptr || a.workspace_bytes < workspace_bytes<K, V>(a)) return KDACTL_ERR_BAD_ARGUMENT;
   auto prepare = a.g_is_bf16 ? kda_chunk_prepare<K, V, true> : kda_chunk_prepare<K, V, false>;
   const size_t smem = a.g_is_bf16 ? sizeof(PrepSmem<K, V, true>) : sizeof(PrepSmem<K, V, false>);
@@ -63,10 +72,10 @@ int launch(const kdactl_kda_args& a, RecurShape rs, cudaStream_t stream) {
   prepare<<<dim3(static_cast<unsigned>(slots), a.heads), 32, smem, stream>>>(a, static_cast<unsigned char*>(a.workspace));
   if (int rc = kdactl_launch_status()) return rc;
   switch (rs.warps) {
-    case 1: return launch_stages<K, V, 1>(a, rs.stages, stream);
-    case 2: return launch_stages<K, V, 2>(a, rs.stages, stream);
-    case 8: return launch_stages<K, V, 8>(a, rs.stages, stream);
-    default: return launch_stages<K, V, 4>(a, rs.stages, stream);
+    case 1: return launch_stages<K, V, 1>(a, rs.stages, smem_optin, stream);
+    case 2: return launch_stages<K, V, 2>(a, rs.stages, smem_optin, stream);
+    case 8: return launch_stages<K, V, 8>(a, rs.stages, smem_optin, stream);
+    default: return launch_stages<K, V, 4>(a, rs.stages, smem_optin, stream);
   }
 }
 
@@ -85,7 +94,10 @@ extern "C" int kdactl_kda_chunk(const kdactl_kda_args* args, void* stream) {
   const kdactl_kda_args& a = *args;
   if (!supported(a)) return KDACTL_ERR_UNSUPPORTED;
   if (sms == 0) return 0;
+  int dev = 0, smem_optin = 0;
+  KDACTL_TRY(cudaGetDevice(&dev));
+  KDACTL_TRY(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   auto s = static_cast<cudaStream_t>(stream);
   const RecurShape rs = pick_recur(a, a.value_dim, sms);
-  return a.key_dim == 64 ? launch<64, 64>(a, rs, s) : launch<128, 128>(a, rs, s);
+  return a.key_dim == 64 ? launch<64, 64>(a, rs, smem_optin, s) : launch<128, 128>(a, rs, smem_optin, s);
 }
