@@ -49,6 +49,11 @@ for section in "$@"; do
     tune) time timeout 150 python3 scripts/tune_chunk.py ;;
     chunk-tests) time timeout 200 python3 -m pytest -q -m gpu tests/test_kda_chunk_gpu.py -p no:cacheprovider --durations=8 \
         --junitxml=$OUT/chunk.xml -o junit_logging=system-out 2>&1 | grep -vE "^(tests|\s)" | tail -30 ;;
+    kda-tests)  # every KDA op test against the reference, with the error ratios kept in the JUnit file
+      time timeout 300 python3 -m pytest -q -m gpu tests/test_kda_gpu.py tests/test_kda_chunk_gpu.py -p no:cacheprovider \
+        --junitxml=$OUT/kda.xml -o junit_logging=system-out 2>&1 | tail -4
+      python3 scripts/error_ratios.py $OUT/kda.xml | tail -1 ;;
+    quick) time timeout 60 kdactl certify --quick --expect-gpus 1 --out $S/quick.json > /dev/null; echo quick rc=$? ;;
     chunk-tests-or-fallback)  # a kernel change never measured before: on failure, certify the last good one
       timeout 200 python3 -m pytest -q -m gpu tests/test_kda_chunk_gpu.py -p no:cacheprovider -x --junitxml=$OUT/chunk.xml -o junit_logging=system-out 2>&1 | tail -4
       if [ "${PIPESTATUS[0]}" != 0 ] && [ -d .fallback ]; then
