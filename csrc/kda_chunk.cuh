@@ -330,19 +330,28 @@ __global__ void __launch_bounds__(WARPS * 32) kda_chunk_recur(const kdactl_kda_a
     s[j][3] = a.initial_state ? s0[(key + 1) * V + vcol + 8] : 0.f;
   }
 
+  // Copy i of a stage goes to thread i % threads, so every thread's copies sit at fixed offsets from
+  // two bases (threads is a multiple of the pieces per row): the loops unroll into bare cp.async.
+  constexpr int kThreads = WARPS * 32, kRow = K / 8, kSlice = VS / 8;  // 16-byte pieces per row
+  static_assert(kThreads % kRow == 0 && kThreads % kSlice == 0, "copy layout");
+  const int tid = threadIdx.x;
   auto load = [&](int64_t c, St& st) {
     const unsigned char* blk = ws + ((slot0 + c) * H + h) * B::kBytes;
     // -W, Q', Kr: 3C rows of K, back to back in the block and (at pitch KP) in the stage.
-    constexpr int kRow = K / 8, kSlice = VS / 8;  // 16-byte pieces per row
-    const bf16* kside = reinterpret_cast<const bf16*>(blk + B::kW);
-    for (int i = threadIdx.x; i < 3 * C * kRow; i += WARPS * 32)
-      cp_async16(&st.w[0][0] + (i / kRow) * St::KP + (i % kRow) * 8, kside + i * 8);
-    // U0, O0: 2C rows, of which this CTA takes its VS values.
-    const bf16* vside = reinterpret_cast<const bf16*>(blk + B::kU0) + v_cta;
-    for (int i = threadIdx.x; i < 2 * C * kSlice; i += WARPS * 32)
-      cp_async16(&st.u0[0][0] + (i / kSlice) * St::UP + (i % kSlice) * 8, vside + (i / kSlice) * V + (i % kSlice) * 8);
-    for (int i = threadIdx.x; i < K / 4; i += WARPS * 32)
-      cp_async16(&st.eg[i * 4], reinterpret_cast<const float*>(blk + B::kEg) + i * 4);
+    constexpr int kSide = 3 * C * kRow;
+    const bf16* kside = reinterpret_cast<const bf16*>(blk + B::kW) + tid * 8;
+    bf16* kdst = &st.w[0][0] + (tid / kRow) * St::KP + (tid % kRow) * 8;
+#pragma unroll
+    for (int it = 0; it < (kSide + kThreads - 1) / kThreads; ++it)
+      if (kSide % kThreads == 0 || tid + it * kThreads < kSide)
+        cp_async16(kdst + it * (kThreads / kRow) * St::KP, kside + it * kThreads * 8);
+    // U0, O0: 2C rows, of which this CTA takes its VS values (2C * kSlice = 2 * kThreads pieces).
+    const bf16* vside = reinterpret_cast<const bf16*>(blk + B::kU0) + v_cta + (tid / kSlice) * V + (tid % kSlice) * 8;
+    bf16* vdst = &st.u0[0][0] + (tid / kSlice) * St::UP + (tid % kSlice) * 8;
+#pragma unroll
+    for (int it = 0; it < 2 * C * kSlice / kThreads; ++it)
+      cp_async16(vdst + it * (kThreads / kSlice) * St::UP, vside + it * (kThreads / kSlice) * V);
+    if (tid < K / 4) cp_async16(&st.eg[tid * 4], reinterpret_cast<const float*>(blk + B::kEg) + tid * 4);
   };
 
 #pragma unroll
@@ -368,18 +377,21 @@ __global__ void __launch_bounds__(WARPS * 32) kda_chunk_recur(const kdactl_kda_a
     }
     // U^T = U0^T + S^T (-W)^T and O^T = O0^T + S^T Q'^T: [16 values x 16 tokens] per warp.
     // Even and odd k-steps accumulate apart: two dependent mma chains of K/32 instead of one of K/16.
+    // U0^T and O0^T in the accumulator layout straight from the [token][value] stage: a transposed
+    // ldmatrix of the 8x8 blocks (tokens 0-7 | 8-15) x (values +0 | +8) gives each lane its (v, 2t..2t+1).
     float u[2][4], out[2][4], u_odd[2][4] = {}, out_odd[2][4] = {};
+    const int lr = (lane >> 4) * 8 + (lane & 7), lc = ((lane >> 3) & 1) * 8;  // ldmatrix row addresses
+    {
+      uint32_t ru[4], ro[4];
+      ldmatrix_x4_trans(ru, &st.u0[lr][vw + lc]);
+      ldmatrix_x4_trans(ro, &st.o0[lr][vw + lc]);
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      const int tok = 8 * nt + 2 * t, vl = vw + g;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int tk = tok + (i & 1), vv = vl + (i >> 1) * 8;
-        u[nt][i] = bf(st.u0[tk][vv]);
-        out[nt][i] = bf(st.o0[tk][vv]);
+      for (int m = 0; m < 4; ++m) {  // block m: tokens 8 * (m >> 1).., values vw + 8 * (m & 1)..
+        const float2 fu = unpack_bf16(ru[m]), fo = unpack_bf16(ro[m]);
+        u[m >> 1][2 * (m & 1)] = fu.x, u[m >> 1][2 * (m & 1) + 1] = fu.y;
+        out[m >> 1][2 * (m & 1)] = fo.x, out[m >> 1][2 * (m & 1) + 1] = fo.y;
       }
     }
-    const int lr = (lane >> 4) * 8 + (lane & 7), lc = ((lane >> 3) & 1) * 8;  // ldmatrix row addresses
 #pragma unroll
     for (int kk = 0; kk < K / 16; ++kk) {
       uint32_t bw[4], bq[4];
