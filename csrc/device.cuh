@@ -32,11 +32,9 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 //   B bf16 16x8:    b0 (k=2t..2t+1, n=g)              b1 (k=2t+8..2t+9, n=g)
 // The C layout of two adjacent n-tiles is the A layout of a 16x16 bf16 tile, so an accumulator
 // turns into the next product's A operand in registers.
-__device__ __forceinline__ uint32_t to_tf32(float x) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-  return r;
-}
+// fp32 -> tf32 rounded to nearest (ties away), for finite x: the mma reads the top 19 bits, so adding
+// half of the dropped range rounds. One integer add; cvt.rna.tf32 adds an inf/NaN test to that.
+__device__ __forceinline__ uint32_t to_tf32(float x) { return __float_as_uint(x) + 0x1000u; }
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&h);
