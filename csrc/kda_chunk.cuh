@@ -382,7 +382,6 @@ __global__ void __launch_bounds__(WARPS * 32) kda_chunk_recur(const kdactl_kda_a
       as[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
     }
     // U^T = U0^T + S^T (-W)^T and O^T = O0^T + S^T Q'^T: [16 values x 16 tokens] per warp.
-    // Even and odd k-steps accumulate apart: two dependent mma chains of K/32 instead of one of K/16.
     // U0^T and O0^T in the accumulator layout straight from the [token][value] stage: a transposed
     // ldmatrix of the 8x8 blocks (tokens 0-7 | 8-15) x (values +0 | +8) gives each lane its (v, 2t..2t+1).
     float u[2][4], out[2][4], u_odd[2][4] = {}, out_odd[2][4] = {};
@@ -398,6 +397,7 @@ __global__ void __launch_bounds__(WARPS * 32) kda_chunk_recur(const kdactl_kda_a
         out[m >> 1][2 * (m & 1)] = fo.x, out[m >> 1][2 * (m & 1) + 1] = fo.y;
       }
     }
+    // Even and odd k-steps accumulate apart: two dependent mma chains of K/32 instead of one of K/16.
 #pragma unroll
     for (int kk = 0; kk < K / 16; ++kk) {
       uint32_t bw[4], bq[4];
