@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kdactl.kda import KdaWorkspace, prefill
-from kdactl.smoke import SmokeRow, make_inputs, replay_equals_eager
+from kdactl.smoke import SmokeRow, make_inputs, replay_equals_eager, second_capture_refused
 
 pytestmark = pytest.mark.gpu
 ROW = SmokeRow("serving", 1, 157, 4, (60, 0, 97))  # captured varlen, with an empty sequence
@@ -48,12 +48,7 @@ def test_workspace_refuses_second_capture(device):
     x, _, _ = make_inputs(SMALL, False, False, device, seed=2)
     ws = KdaWorkspace(device)
     o = torch.empty_like(x["v"])
-    prefill(**x, workspace=KdaWorkspace(device), out=o)  # warm up with another workspace
+    prefill(**x, workspace=ws, out=o)  # warm up: sizes the workspace's scratch before any capture
     torch.cuda.synchronize(device)
-    first, second = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-    with torch.cuda.graph(first):
-        prefill(**x, workspace=ws, out=o)
-    with pytest.raises(ValueError, match="owned by graph capture"):
-        with torch.cuda.graph(second):
-            prefill(**x, workspace=ws, out=o)
+    second_capture_refused(x, ws, o)
     torch.cuda.synchronize(device)

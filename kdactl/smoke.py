@@ -111,3 +111,18 @@ def replay_equals_eager(graph, x, s0, cu, o, s, fresh) -> None:
     torch.cuda.synchronize(o.device)
     assert torch.isfinite(o.float()).all() and torch.isfinite(s).all(), "replay left NaN in the outputs"
     assert torch.equal(o, o_eager) and torch.equal(s, s_eager), "replay differs from eager"
+
+
+def second_capture_refused(x, workspace, o) -> None:
+    """Capture one call with ``workspace`` (already sized by an eager call), then hold a second capture
+    with the same workspace to the ValueError that names the owning capture."""
+    first, second = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(first):
+        prefill(**x, workspace=workspace, out=o)
+    try:
+        with torch.cuda.graph(second):
+            prefill(**x, workspace=workspace, out=o)
+    except ValueError as err:
+        assert "owned by graph capture" in str(err), f"refused for another reason: {err}"
+    else:
+        raise AssertionError("a second capture reused the workspace without an error")

@@ -8,7 +8,7 @@ import torch
 
 from kdactl.kda import prefill, KdaWorkspace
 from kdactl.reference import error_ratio, kda_recurrent
-from kdactl.smoke import replay_equals_eager
+from kdactl.smoke import replay_equals_eager, second_capture_refused
 from tests.kda_inputs import cu_seqlens_of, make_inputs
 
 pytestmark = pytest.mark.gpu
@@ -114,13 +114,7 @@ def test_workspace_refuses_second_stream_and_second_capture():
     other.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(other), pytest.raises(ValueError, match="workspace is bound to stream"):
         prefill(**x, workspace=ws)
-    o = torch.empty_like(x["v"])
-    g1, g2 = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g1):
-        prefill(**x, workspace=ws, out=o)
-    with pytest.raises(ValueError, match="owned by graph capture"):
-        with torch.cuda.graph(g2):
-            prefill(**x, workspace=ws, out=o)
+    second_capture_refused(x, ws, torch.empty_like(x["v"]))
 
 
 def test_torch_compile_sees_one_op():
