@@ -57,3 +57,4 @@ static inline int kdactl_launch_prologue(const kdactl_kda_args* a, int* sms) {
 
 // Workspace sizes of the routes that need one (0 for an unsupported shape); library.cu dispatches.
 uint64_t kdactl_chunk_workspace_bytes(const kdactl_kda_args& a);
+uint64_t kdactl_small_bh_workspace_bytes(const kdactl_kda_args& a);

@@ -292,9 +292,23 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
 #endif
 }
 
-// ---- Kernel 2: one CTA per (sequence, head, slice of 16 * WARPS value columns) --------------------
+// ---- Kernel 2: one CTA per (sequence or segment, head, slice of 16 * WARPS value columns) ----------
 // The state is kept transposed, S^T [V x K]: each warp owns 16 of its rows as mma accumulators, which
 // are at once the A operand of S^T W^T and S^T Q'^T and the accumulator of S^T += U^T Kr.
+//
+// Route small_bh (kda_small_bh.cu) runs it on segments of a sequence instead, in two passes. Since a
+// segment's end state is affine in its start state, S_end = M S_start + E, kReduce gets E (from a
+// zero start; segment 0 from the initial state) and, in its odd z slots, M (V = K: the columns of M
+// are the end states of the identity's columns, with zero values); a stitch kernel chains the
+// segments' start states; kReplay runs every segment from its start state and writes o.
+enum class Pass { kWhole, kReduce, kReplay };
+
+struct Segments {
+  int64_t chunks = 0;     // chunks per segment
+  int count = 1;          // segments per sequence
+  float* ends = nullptr;  // [N][count][H][K][V]: E, overwritten by the stitch with the next start state
+  float* maps = nullptr;  // [N][count][H][K][K]: M transposed (M^T[j][k] = M[k][j])
+};
 template <int K, int VS>
 struct RecurStage {
   static constexpr int KP = K + 8, UP = VS + 8;
@@ -303,8 +317,9 @@ struct RecurStage {
   float eg[K];
 };
 
-template <int K, int V, int WARPS, int STAGES>
-__global__ void __launch_bounds__(WARPS * 32) kda_chunk_recur(const kdactl_kda_args a, const unsigned char* ws) {
+template <int K, int V, int WARPS, int STAGES, Pass PASS = Pass::kWhole>
+__global__ void __launch_bounds__(WARPS * 32)
+    kda_chunk_recur(const kdactl_kda_args a, const unsigned char* ws, const Segments sg) {
 #ifdef KDACTL_ARCH_MISMATCH
   __trap();
 #else
@@ -317,29 +332,46 @@ __global__ void __launch_bounds__(WARPS * 32) kda_chunk_recur(const kdactl_kda_a
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int h = blockIdx.y, H = a.heads;
-  const int64_t n = blockIdx.z;
+  // Sequence n, segment p (of sg.count), and for kReduce whether this CTA maps M (homogeneous).
+  const bool homogeneous = PASS == Pass::kReduce && (blockIdx.z & 1);
+  const int64_t z = PASS == Pass::kReduce ? blockIdx.z / 2 : blockIdx.z;
+  const int64_t n = PASS == Pass::kWhole ? z : z / sg.count;
+  const int p = PASS == Pass::kWhole ? 0 : static_cast<int>(z % sg.count);
+  // The last segment's map is never needed, nor segment 0's M (its start state is known).
+  if (PASS == Pass::kReduce && (p == sg.count - 1 || (homogeneous && p == 0))) return;
   const int v_cta = blockIdx.x * VS, vw = warp * 16;
   int64_t bos, eos;
   sequence_bounds(a, n, bos, eos);
   const int64_t nchunks = (eos - bos + C - 1) / C, slot0 = bos / C + n;
+  const int64_t c_begin = PASS == Pass::kWhole ? 0 : p * sg.chunks;
+  const int64_t c_end = PASS == Pass::kWhole ? nchunks : min(nchunks, c_begin + sg.chunks);
+  const int64_t seg_base = (z * H + h);  // this segment's slot in sg.ends and sg.maps
 
   float s[K / 8][4];  // S^T rows vw+g, vw+g+8 (of this slice) x keys 8j+2t, 8j+2t+1
   const int64_t state_base = (n * H + h) * K * V;
   const int vcol = v_cta + vw + g;
+  const float* s0 = a.initial_state ? a.initial_state + state_base : nullptr;
+  if (PASS == Pass::kReduce && p > 0) s0 = nullptr;
+  if (PASS == Pass::kReplay && p > 0) s0 = sg.ends + (seg_base - H) * K * V;  // the stitched start
 #pragma unroll
   for (int j = 0; j < K / 8; ++j) {
     const int key = 8 * j + 2 * t;
-    const float* s0 = a.initial_state + state_base;
-    s[j][0] = a.initial_state ? s0[key * V + vcol] : 0.f;
-    s[j][1] = a.initial_state ? s0[(key + 1) * V + vcol] : 0.f;
-    s[j][2] = a.initial_state ? s0[key * V + vcol + 8] : 0.f;
-    s[j][3] = a.initial_state ? s0[(key + 1) * V + vcol + 8] : 0.f;
+    if (homogeneous) {  // the identity's columns
+      s[j][0] = key == vcol, s[j][1] = key + 1 == vcol, s[j][2] = key == vcol + 8, s[j][3] = key + 1 == vcol + 8;
+    } else {
+      s[j][0] = s0 ? s0[key * V + vcol] : 0.f;
+      s[j][1] = s0 ? s0[(key + 1) * V + vcol] : 0.f;
+      s[j][2] = s0 ? s0[key * V + vcol + 8] : 0.f;
+      s[j][3] = s0 ? s0[(key + 1) * V + vcol + 8] : 0.f;
+    }
   }
 
   // Copy i of a stage goes to thread i % threads, so every thread's copies sit at fixed offsets from
   // two bases (threads is a multiple of the pieces per row): the loops unroll into bare cp.async.
   constexpr int kThreads = WARPS * 32, kRow = K / 8, kSlice = VS / 8;  // 16-byte pieces per row
-  static_assert(kThreads % kRow == 0 && kThreads % kSlice == 0, "copy layout");
+  constexpr bool kOut = PASS != Pass::kReduce;  // the reduction writes no o
+  constexpr int kVRows = kOut ? 2 * C : C;
+  static_assert(kThreads % kRow == 0 && kThreads % kSlice == 0 && C * kSlice % kThreads == 0, "copy layout");
   const int tid = threadIdx.x;
   auto load = [&](int64_t c, St& st) {
     const unsigned char* blk = ws + ((slot0 + c) * H + h) * B::kBytes;
@@ -351,27 +383,31 @@ __global__ void __launch_bounds__(WARPS * 32) kda_chunk_recur(const kdactl_kda_a
     for (int it = 0; it < (kSide + kThreads - 1) / kThreads; ++it)
       if (kSide % kThreads == 0 || tid + it * kThreads < kSide)
         cp_async16(kdst + it * (kThreads / kRow) * St::KP, kside + it * kThreads * 8);
-    // U0, O0: 2C rows, of which this CTA takes its VS values (2C * kSlice = 2 * kThreads pieces).
+    // U0, O0: 2C rows (kReduce: U0 only; M: none), of which this CTA takes its VS values.
     const bf16* vside = reinterpret_cast<const bf16*>(blk + B::kU0) + v_cta + (tid / kSlice) * V + (tid % kSlice) * 8;
     bf16* vdst = &st.u0[0][0] + (tid / kSlice) * St::UP + (tid % kSlice) * 8;
+    if (!homogeneous) {
 #pragma unroll
-    for (int it = 0; it < 2 * C * kSlice / kThreads; ++it)
-      cp_async16(vdst + it * (kThreads / kSlice) * St::UP, vside + it * (kThreads / kSlice) * V);
+      for (int it = 0; it < kVRows * kSlice / kThreads; ++it)
+        cp_async16(vdst + it * (kThreads / kSlice) * St::UP, vside + it * (kThreads / kSlice) * V);
+    }
     if (tid < K / 4) cp_async16(&st.eg[tid * 4], reinterpret_cast<const float*>(blk + B::kEg) + tid * 4);
   };
 
+  const int64_t count = c_end - c_begin;  // chunks this CTA walks, from c_begin
 #pragma unroll
-  for (int c = 0; c < STAGES - 1; ++c) {
-    if (c < nchunks) load(c, stage[c]);
+  for (int i = 0; i < STAGES - 1; ++i) {
+    if (i < count) load(c_begin + i, stage[i]);
     cp_async_commit();
   }
   bf16* o = static_cast<bf16*>(a.o);
-  for (int64_t c = 0; c < nchunks; ++c) {
+  for (int64_t i = 0; i < count; ++i) {
     cp_async_wait<STAGES - 2>();
-    __syncthreads();  // chunk c is in; everyone is done with the stage the next load overwrites
-    if (c + STAGES - 1 < nchunks) load(c + STAGES - 1, stage[(c + STAGES - 1) % STAGES]);
+    __syncthreads();  // chunk i is in; everyone is done with the stage the next load overwrites
+    if (i + STAGES - 1 < count) load(c_begin + i + STAGES - 1, stage[(i + STAGES - 1) % STAGES]);
     cp_async_commit();
-    const St& st = stage[c % STAGES];
+    const St& st = stage[i % STAGES];
+    const int64_t c = c_begin + i;
 
     uint32_t as[K / 16][4];
 #pragma unroll
@@ -384,17 +420,20 @@ __global__ void __launch_bounds__(WARPS * 32) kda_chunk_recur(const kdactl_kda_a
     // U^T = U0^T + S^T (-W)^T and O^T = O0^T + S^T Q'^T: [16 values x 16 tokens] per warp.
     // U0^T and O0^T in the accumulator layout straight from the [token][value] stage: a transposed
     // ldmatrix of the 8x8 blocks (tokens 0-7 | 8-15) x (values +0 | +8) gives each lane its (v, 2t..2t+1).
-    float u[2][4], out[2][4], u_odd[2][4] = {}, out_odd[2][4] = {};
+    float u[2][4] = {}, out[2][4] = {}, u_odd[2][4] = {}, out_odd[2][4] = {};
     const int lr = (lane >> 4) * 8 + (lane & 7), lc = ((lane >> 3) & 1) * 8;  // ldmatrix row addresses
-    {
+    if (!homogeneous) {
       uint32_t ru[4], ro[4];
       ldmatrix_x4_trans(ru, &st.u0[lr][vw + lc]);
-      ldmatrix_x4_trans(ro, &st.o0[lr][vw + lc]);
+      if (kOut) ldmatrix_x4_trans(ro, &st.o0[lr][vw + lc]);
 #pragma unroll
       for (int m = 0; m < 4; ++m) {  // block m: tokens 8 * (m >> 1).., values vw + 8 * (m & 1)..
-        const float2 fu = unpack_bf16(ru[m]), fo = unpack_bf16(ro[m]);
+        const float2 fu = unpack_bf16(ru[m]);
         u[m >> 1][2 * (m & 1)] = fu.x, u[m >> 1][2 * (m & 1) + 1] = fu.y;
-        out[m >> 1][2 * (m & 1)] = fo.x, out[m >> 1][2 * (m & 1) + 1] = fo.y;
+        if (kOut) {
+          const float2 fo = unpack_bf16(ro[m]);
+          out[m >> 1][2 * (m & 1)] = fo.x, out[m >> 1][2 * (m & 1) + 1] = fo.y;
+        }
       }
     }
     // Even and odd k-steps accumulate apart: two dependent mma chains of K/32 instead of one of K/16.
@@ -402,25 +441,26 @@ __global__ void __launch_bounds__(WARPS * 32) kda_chunk_recur(const kdactl_kda_a
     for (int kk = 0; kk < K / 16; ++kk) {
       uint32_t bw[4], bq[4];
       ldmatrix_x4(bw, &st.w[lr][16 * kk + lc]);
-      ldmatrix_x4(bq, &st.qp[lr][16 * kk + lc]);
       float(&uk)[2][4] = (kk & 1) ? u_odd : u;
-      float(&ok)[2][4] = (kk & 1) ? out_odd : out;
       mma_bf16(uk[0], as[kk], bw[0], bw[1]);
       mma_bf16(uk[1], as[kk], bw[2], bw[3]);
-      mma_bf16(ok[0], as[kk], bq[0], bq[1]);
-      mma_bf16(ok[1], as[kk], bq[2], bq[3]);
+      if (kOut) {
+        ldmatrix_x4(bq, &st.qp[lr][16 * kk + lc]);
+        float(&ok)[2][4] = (kk & 1) ? out_odd : out;
+        mma_bf16(ok[0], as[kk], bq[0], bq[1]);
+        mma_bf16(ok[1], as[kk], bq[2], bq[3]);
+      }
     }
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) u[nt][i] += u_odd[nt][i], out[nt][i] += out_odd[nt][i];
-    // o: through a per-warp tile, then one 16-byte store per lane.
+    if (kOut) {  // o: through a per-warp tile, then one 16-byte store per lane.
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
+      for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) o_tile[warp][8 * nt + 2 * t + (i & 1)][g + (i >> 1) * 8] = __float2bfloat16(out[nt][i]);
-    __syncwarp();
-    {
+        for (int i = 0; i < 4; ++i) o_tile[warp][8 * nt + 2 * t + (i & 1)][g + (i >> 1) * 8] = __float2bfloat16(out[nt][i]);
+      __syncwarp();
       const int tok = lane >> 1, half = lane & 1;
       const int64_t row = bos + c * C + tok;
       if (row < eos)
@@ -446,8 +486,20 @@ __global__ void __launch_bounds__(WARPS * 32) kda_chunk_recur(const kdactl_kda_a
   }
   cp_async_wait_all();
 
-  if (a.final_state) {
-    float* sf = a.final_state + state_base;
+  if (homogeneous) {  // M^T: row vcol of M^T is column vcol of M
+    float* mt = sg.maps + seg_base * K * K;
+#pragma unroll
+    for (int j = 0; j < K / 8; ++j) {
+      const int key = 8 * j + 2 * t;
+      *reinterpret_cast<float2*>(mt + vcol * K + key) = make_float2(s[j][0], s[j][1]);
+      *reinterpret_cast<float2*>(mt + (vcol + 8) * K + key) = make_float2(s[j][2], s[j][3]);
+    }
+    return;
+  }
+  float* sf = a.final_state ? a.final_state + state_base : nullptr;
+  if (PASS == Pass::kReduce) sf = sg.ends + seg_base * K * V;
+  if (PASS == Pass::kReplay && p != sg.count - 1) sf = nullptr;
+  if (sf) {
 #pragma unroll
     for (int j = 0; j < K / 8; ++j) {
       const int key = 8 * j + 2 * t;

@@ -8,7 +8,7 @@
 extern "C" {
 #endif
 
-#define KDACTL_ABI_VERSION 2
+#define KDACTL_ABI_VERSION 3
 
 // kdactl's own error codes, above the cudaError_t range.
 #define KDACTL_ERR_WRONG_DEVICE 10001   // device compute capability cannot run this build's target
@@ -55,6 +55,7 @@ typedef struct {
   float scale;
   void* workspace;              // route scratch memory (kdactl_kda_workspace_bytes); may be NULL when 0
   uint64_t workspace_bytes;     // its size
+  int32_t segment_chunks;       // route small_bh: chunks per segment (kdactl.kda.routes plans it)
 } kdactl_kda_args;
 
 // Scratch memory `route` ("direct", "chunk", ...) needs for these shapes (pointers are not read).
@@ -65,6 +66,9 @@ int kdactl_kda_direct(const kdactl_kda_args* args, void* stream);
 // Route "chunk": the chunked WY/UT form on tensor cores (a prepare pass, then the state recurrence).
 // K == V in {64, 128}; needs a workspace.
 int kdactl_kda_chunk(const kdactl_kda_args* args, void* stream);
+// Route "small_bh": the chunked kernels run on segments of each sequence at once, stitched by the
+// segments' affine state maps. Fixed layout, K == V in {64, 128}, segment_chunks > 0; a workspace.
+int kdactl_kda_small_bh(const kdactl_kda_args* args, void* stream);
 
 #ifdef __cplusplus
 }

@@ -46,6 +46,8 @@ extern "C" int kdactl_kda_workspace_bytes(const kdactl_kda_args* args, const cha
     *bytes = 0;
   } else if (strcmp(route, "chunk") == 0) {
     *bytes = kdactl_chunk_workspace_bytes(*args);
+  } else if (strcmp(route, "small_bh") == 0) {
+    *bytes = kdactl_small_bh_workspace_bytes(*args);
   } else {
     return KDACTL_ERR_BAD_ARGUMENT;
   }

@@ -41,7 +41,7 @@ SUITE_ROWS: tuple[SmokeRow, ...] = (
     SmokeRow("decode_like", 2, 1, 4, (1, 1)),
     SmokeRow("decode_like", 2, 12, 4, (12, 11, 1)),
     SmokeRow("serving", 2, 256, 32, (256, 100, 156)),
-    SmokeRow("small_bh", 1, 1024, 2, (700, 324)),
+    SmokeRow("small_bh", 1, 4096, 2, (2800, 1296)),
 )
 # The sanitizer payload's problems: tiny, because every access is instrumented there.
 PAYLOAD_ROWS: tuple[SmokeRow, ...] = (

@@ -52,7 +52,8 @@ for section in "$@"; do
     kda-tests)  # every KDA op test against the reference, with the error ratios kept in the JUnit file
       time timeout 300 python3 -m pytest -q -m gpu tests/test_kda_gpu.py tests/test_kda_chunk_gpu.py -p no:cacheprovider \
         --junitxml=$OUT/kda.xml -o junit_logging=system-out 2>&1 | tail -4
-      python3 scripts/error_ratios.py $OUT/kda.xml | tail -1 ;;
+      rc=${PIPESTATUS[0]}; python3 scripts/error_ratios.py $OUT/kda.xml | tail -1
+      if [ "$rc" != 0 ] && [ -d .fallback ]; then echo "FELL BACK to .fallback"; cp .fallback/* csrc/; kdactl build | tail -2; fi ;;
     quick) time timeout 60 kdactl certify --quick --expect-gpus 1 --out $S/quick.json > /dev/null; echo quick rc=$? ;;
     chunk-tests-or-fallback)  # a kernel change never measured before: on failure, certify the last good one
       timeout 200 python3 -m pytest -q -m gpu tests/test_kda_chunk_gpu.py -p no:cacheprovider -x --junitxml=$OUT/chunk.xml -o junit_logging=system-out 2>&1 | tail -4
@@ -74,6 +75,14 @@ x,_,_ = random_inputs(1, 8192, 64, device='cuda')
 for _ in range(2): prefill(**x, route='chunk')" > $OUT/ncu.txt 2>&1; echo rc=$?; grep -E "^  [a-z_]+|Duration|Stall|stalled|Throughput|Achieved Occ|Registers|Warp Cycles|Eligible|Issued Warp" $OUT/ncu.txt | head -90 ;;
     small-bh) grep -h warmed $S/warm_*.log; bench small-bh --iters 5 --warmup 1 ;;
     serving) grep -h warmed $S/warm_*.log; bench serving --iters 12 --warmup 2 ;;
+    sbh-tests) time timeout 300 python3 -m pytest -q -m gpu tests/test_kda_small_bh_gpu.py tests/test_kda_chunk_gpu.py \
+        -p no:cacheprovider --durations=6 --junitxml=$OUT/sbh.xml -o junit_logging=system-out 2>&1 | grep -vE "^(tests|\s)" | tail -30
+      python3 scripts/error_ratios.py $OUT/sbh.xml | grep -E "small_bh|^max" ;;
+    tune-sbh) time timeout 150 python3 scripts/tune_chunk.py --route small_bh --shapes small-bh --tunings 0,41,44,82 --iters 5 ;;
+    kernels-sbh) timeout 100 python3 scripts/kernel_times.py small_bh 1,65536,8 1,131072,1 1,1048576,1 2>&1 | grep -E "==|kda|Self CUDA time total" ;;
+    boundary-sbh) time timeout 120 kdactl bench --shape 1,8192,16 --shape 1,8192,32 --shape 1,4096,8 --shape 1,2048,2 \
+        --shape 1,1024,1 --shape 2,8192,8 --routes chunk,small_bh --peers none --iters 10 --warmup 2 \
+        --markdown $OUT/boundary_sbh.md > /dev/null; cat $OUT/boundary_sbh.md ;;
     *) echo "unknown section $section" ;;
   esac
 done

@@ -1,5 +1,5 @@
-"""Time route "chunk" variants (recurrence warps x pipeline stages, the `tuning` knob: 10 * stages +
-warps, 0 = the launcher's choice) side by side on the serving and small-bh shapes, with kdactl bench's
+"""Time route "chunk" or "small_bh" variants (recurrence warps x pipeline stages, the `tuning` knob:
+10 * stages + warps, 0 = the launcher's choice) side by side on the serving and small-bh shapes, with kdactl bench's
 timer (CUPTI kernel durations when cupti-python is installed) and its cold-L2 flush; median of --iters.
 Each variant is first held to the default variant's output."""
 import argparse
@@ -12,29 +12,33 @@ from kdactl.kda import prefill
 from kdactl.kda.inputs import random_inputs
 from kdactl.reference import error_ratio
 
-SHAPES = [(1, 8192, 64, None), (1, 8192, 96, None), (2, 16384, 64, None), (8, 4096, 12, None),
-          (1, 8192, 96, [1300, 547, 2048, 963, 271, 3063]), (1, 65536, 8, None), (1, 131072, 1, None)]  # fmt: skip
+SERVING = [(1, 8192, 64, None), (1, 8192, 96, None), (2, 16384, 64, None), (8, 4096, 12, None),
+           (1, 8192, 96, [1300, 547, 2048, 963, 271, 3063])]  # fmt: skip
+SMALL_BH = [(1, 65536, 8, None), (1, 65536, 4, None), (1, 131072, 1, None), (1, 1048576, 1, None)]
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--tunings", default="0,24,44,28,48,18,84,88")
 ap.add_argument("--iters", type=int, default=10)
+ap.add_argument("--route", default="chunk", choices=["chunk", "small_bh"])
+ap.add_argument("--shapes", default="all", choices=["serving", "small-bh", "all"])
 args = ap.parse_args()
+SHAPES = {"serving": SERVING, "small-bh": SMALL_BH, "all": SERVING + SMALL_BH[:3]}[args.shapes]
 tunings = [int(t) for t in args.tunings.split(",")]
 device = torch.device("cuda", torch.cuda.current_device())
 timer, timer_note = make_timer(device)
 flush = L2Flusher(device, torch.cuda.get_device_properties(device).L2_cache_size)
-print(f"timer {timer.name} ({timer_note}); median ms of {args.iters}")
+print(f"route {args.route}; timer {timer.name} ({timer_note}); median ms of {args.iters}")
 print("shape | " + " | ".join(f"t={t}" for t in tunings))
 for B, T, H, lengths in SHAPES:
     x, _, cu = random_inputs(B, T, H, lengths=lengths, device="cuda", seed=1)
-    ref, _ = prefill(**x, cu_seqlens=cu, route="chunk")
+    ref, _ = prefill(**x, cu_seqlens=cu, route=args.route)
     row = []
     for t in tunings:
-        o, _ = prefill(**x, cu_seqlens=cu, route="chunk", tuning=t)  # also the warmup
+        o, _ = prefill(**x, cu_seqlens=cu, route=args.route, tuning=t)  # also the warmup
         err = error_ratio(ref, o)
         times = []
         for _ in range(args.iters):
             flush()
-            times.append(timer.time_ms(lambda: prefill(**x, cu_seqlens=cu, route="chunk", tuning=t)))
+            times.append(timer.time_ms(lambda: prefill(**x, cu_seqlens=cu, route=args.route, tuning=t)))
         row.append(f"{statistics.median(times):.3f}" + ("" if err < 1e-6 else f" (err {err:.1e})"))
     print(f"B{B}-T{T}-H{H}{'-varlen' if lengths else ''} | " + " | ".join(row), flush=True)

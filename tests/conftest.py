@@ -27,7 +27,9 @@ TINY_KDA_STUB = """// Test stub: the tiny library has every ABI entry point but 
 #include "common.cuh"
 extern "C" int kdactl_kda_direct(const kdactl_kda_args*, void*) { return KDACTL_ERR_UNSUPPORTED; }
 extern "C" int kdactl_kda_chunk(const kdactl_kda_args*, void*) { return KDACTL_ERR_UNSUPPORTED; }
+extern "C" int kdactl_kda_small_bh(const kdactl_kda_args*, void*) { return KDACTL_ERR_UNSUPPORTED; }
 uint64_t kdactl_chunk_workspace_bytes(const kdactl_kda_args&) { return 0; }
+uint64_t kdactl_small_bh_workspace_bytes(const kdactl_kda_args&) { return 0; }
 """
 
 

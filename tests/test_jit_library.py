@@ -132,8 +132,8 @@ def test_load_builds_then_loads_from_cache(tmp_path, tiny_csrc, nvcc_toolkit):
     with pytest.raises(BuildError, match="compiled for 'sm_90a', expected 'sm_100f'"):
         open_library(first.path, "sm_100f")
     assert first.error_string(10003) == "no kernel for this configuration in this build"
-    with pytest.raises(BuildError, match="no entry point kdactl_kda_small_bh"):
-        first.kda_route("small_bh")
+    with pytest.raises(BuildError, match="no entry point kdactl_kda_segmented"):
+        first.kda_route("segmented")
     assert first.kda_route("direct").argtypes[0] is ctypes.POINTER(KdaArgs)
 
 

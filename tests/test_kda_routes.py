@@ -56,8 +56,85 @@ def test_chunk_needs_k_equal_v():
     assert d.route == "direct" and d.rejected["chunk"] == "needs K == V, got K=64 V=128"
     with pytest.raises(ValueError, match="route 'chunk' is not eligible: needs K == V"):
         select_route(p, H200, "chunk")
-    assert select_route(problem(T=4096, K=64, V=64), H200) == "chunk"
+    assert select_route(problem(T=4096, H=64, K=64, V=64), H200) == "chunk"
 
 
 def test_empty_batch_has_a_route():
     assert select_route(problem(T=0), H200) in ROUTES
+
+
+# --- route small_bh ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("H,T", [(8, 65536), (4, 65536), (1, 131072), (1, 1048576)])
+def test_small_bh_qualification_shapes_pick_small_bh(H, T):
+    d = decide_route(problem(T=T, H=H), H200)
+    assert d.route == "small_bh"
+    assert d.rejected["chunk"].startswith("slower than small_bh at")
+
+
+@pytest.mark.parametrize("B,T,H", [(1, 8192, 64), (1, 8192, 96), (2, 16384, 64), (8, 4096, 12)])
+def test_serving_shapes_stay_on_chunk(B, T, H):
+    d = decide_route(problem(B=B, T=T, H=H), H200)
+    assert d.route == "chunk"
+    assert "already fills the GPU" in d.rejected["small_bh"]
+
+
+def test_small_bh_plan_fills_one_wave_of_the_reduction():
+    from kdactl.kda.routes import SMALL_BH_CTAS_PER_SM, small_bh_plan
+
+    plan = small_bh_plan(problem(T=131072, H=1), H200)
+    assert plan.lanes == 4  # one sequence, one head, 128 / 32 value slices
+    assert plan.segments == SMALL_BH_CTAS_PER_SM * 132 // 8 + 1 == 50
+    assert plan.segment_chunks == -(-8192 // 50) and (plan.segments - 1) * plan.segment_chunks < 8192
+    h8 = small_bh_plan(problem(T=65536, H=8), H200)
+    assert (h8.lanes, h8.segments, h8.segment_chunks) == (32, 7, 586)
+    # fewer SMs, fewer segments; segments never shorter than SMALL_BH_MIN_SEGMENT chunks
+    assert small_bh_plan(problem(T=65536, H=8), DeviceInfo(66, (9, 0), "sm_90a")).segments == 4
+    # the stitch's cost per segment caps them at sqrt(chunks / 2): 64 chunks, 5 segments of 13
+    short = small_bh_plan(problem(T=1024, H=1), H200)
+    assert (short.segments, short.segment_chunks) == (5, 13)
+    tiny = small_bh_plan(problem(T=96, H=1), H200)
+    assert (tiny.segments, tiny.segment_chunks) == (2, 3)
+
+
+def test_small_bh_covers_every_chunk_exactly():
+    from kdactl.kda.routes import small_bh_plan
+
+    for T in (64, 65, 1000, 4096, 4097, 65536, 1048576):
+        for H in (1, 2, 8, 16):
+            plan = small_bh_plan(problem(T=T, H=H), H200)
+            chunks = -(-T // 16)
+            if plan.segments >= 2:
+                assert (plan.segments - 1) * plan.segment_chunks < chunks <= plan.segments * plan.segment_chunks
+
+
+@pytest.mark.parametrize("p,reason", [
+    (problem(T=8192, varlen=True, N=2), "needs the fixed-length layout"),
+    (problem(T=8192, K=64, V=128), "needs K == V, got K=64 V=128"),
+    (problem(T=48, H=1), "needs 4 chunks of 16 tokens (two segments), got T=48"),
+    (problem(T=8192, H=64), "N x H = 64 already fills the GPU (256 recurrence CTAs for 132 SMs)"),
+])  # fmt: skip
+def test_small_bh_ineligible_reasons(p, reason):
+    assert reason in eligibility(p, H200)["small_bh"]
+    with pytest.raises(ValueError, match="route 'small_bh' is not eligible"):
+        select_route(p, H200, "small_bh")
+
+
+def test_small_bh_preferred_from_its_segment_threshold():
+    from kdactl.kda.routes import SMALL_BH_MIN_SEGMENTS, small_bh_plan
+
+    # H = 32: 128 CTAs per segment index, 396 // 256 + 1 = 2 segments: eligible, chunk still first
+    p = problem(T=8192, H=32)
+    assert small_bh_plan(p, H200).segments == 2 < SMALL_BH_MIN_SEGMENTS
+    d = decide_route(p, H200)
+    assert d.route == "chunk" and d.rejected["small_bh"].startswith("slower than chunk at 2 segments")
+    assert select_route(p, H200, "small_bh") == "small_bh"
+    # H = 16: 4 segments
+    assert small_bh_plan(problem(T=8192, H=16), H200).segments == SMALL_BH_MIN_SEGMENTS
+    assert select_route(problem(T=8192, H=16), H200) == "small_bh"
+    # short sequences stay on chunk however many segments the plan cuts
+    d = decide_route(problem(T=2048, H=2), H200)
+    assert d.route == "chunk" and d.rejected["small_bh"] == "slower than chunk at T=2048 < 4096"
+    # under one chunk per sequence the direct route stays first
+    assert select_route(problem(T=15, H=1), H200) == "direct"

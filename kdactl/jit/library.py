@@ -24,7 +24,7 @@ from kdactl.targets import get_target, select_target, target_runs_on
 
 log = logging.getLogger("kdactl.jit")
 
-ABI_VERSION = 2  # KDACTL_ABI_VERSION in csrc/kdactl_api.h
+ABI_VERSION = 3  # KDACTL_ABI_VERSION in csrc/kdactl_api.h
 KDACTL_ERR_WRONG_DEVICE = 10001
 
 ToolkitProvider = Callable[[str], Toolkit]
@@ -56,6 +56,7 @@ class KdaArgs(ctypes.Structure):
         ("scale", ctypes.c_float),
         ("workspace", ctypes.c_void_p),  # void*, route scratch memory
         ("workspace_bytes", ctypes.c_uint64),
+        ("segment_chunks", ctypes.c_int32),  # route small_bh's plan
     ]
 
 
@@ -74,6 +75,7 @@ SIGNATURES: dict[str, tuple[list[Any], Any]] = {
         [ctypes.POINTER(KdaArgs), ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64)], ctypes.c_int),
     "kdactl_kda_direct": _KDA_ROUTE_SIGNATURE,
     "kdactl_kda_chunk": _KDA_ROUTE_SIGNATURE,
+    "kdactl_kda_small_bh": _KDA_ROUTE_SIGNATURE,
 }
 
 

@@ -33,10 +33,11 @@ def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_st
     o, final_state = _outputs(out, q, v, problem, output_final_state, eager)
     scratch = None
     if eager:
-        chosen = decide_route(problem, device_info(q.device), route).route  # an ineligible forced route fails here
+        device = device_info(q.device)
+        chosen = decide_route(problem, device, route).route  # an ineligible forced route fails here
         if workspace is not None:
             workspace.claim(q.device)
-            scratch = workspace.reserve(workspace_bytes(problem, chosen))
+            scratch = workspace.reserve(workspace_bytes(problem, chosen, device))
     elif workspace is not None:
         scratch = workspace.buffer
     scale = problem.key_dim**-0.5 if scale is None else float(scale)

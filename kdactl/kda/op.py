@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 
 from kdactl.kda.problem import KdaProblem
-from kdactl.kda.routes import DeviceInfo, decide_route
+from kdactl.kda.routes import DeviceInfo, decide_route, small_bh_plan
 
 @functools.lru_cache(maxsize=None)
 def kernels():
@@ -40,23 +40,24 @@ def _ptr(x: Optional[torch.Tensor]) -> Optional[int]:
     return None if x is None else x.data_ptr()
 
 
-def _args(p: KdaProblem, q=None, k=None, v=None, g=None, beta=None, initial_state=None, cu_seqlens=None,
-          o=None, final_state=None, scale=1.0, tuning=0):  # fmt: skip
+def _args(p: KdaProblem, route: str, device: DeviceInfo, q=None, k=None, v=None, g=None, beta=None,
+          initial_state=None, cu_seqlens=None, o=None, final_state=None, scale=1.0, tuning=0):  # fmt: skip
     from kdactl.jit.library import KdaArgs
 
+    segment_chunks = small_bh_plan(p, device).segment_chunks if route == "small_bh" else 0
     return KdaArgs(
         q=_ptr(q), k=_ptr(k), v=_ptr(v), g=_ptr(g), beta=_ptr(beta),
         initial_state=_ptr(initial_state), o=_ptr(o), final_state=_ptr(final_state),
         cu_seqlens=_ptr(cu_seqlens), batch=p.num_seqs, seqlen=p.seqlen, heads=p.heads,
         key_dim=p.key_dim, value_dim=p.value_dim, g_is_bf16=int(p.g_bf16), beta_is_bf16=int(p.beta_bf16),
         cu_seqlens_is_int32=int(cu_seqlens is not None and cu_seqlens.dtype == torch.int32),
-        tuning=tuning, scale=scale,
+        tuning=tuning, scale=scale, segment_chunks=segment_chunks,
     )  # fmt: skip
 
 
-def workspace_bytes(problem: KdaProblem, route: str) -> int:
+def workspace_bytes(problem: KdaProblem, route: str, device: DeviceInfo) -> int:
     """Scratch bytes ``route`` needs for this problem (the kernel library says; 0 for most routes)."""
-    return kernels().workspace_bytes(route, _args(problem))
+    return kernels().workspace_bytes(route, _args(problem, route, device))
 
 
 @torch.library.custom_op("kdactl::kda_prefill_", mutates_args=("o", "final_state", "workspace"), device_types="cuda")
@@ -84,9 +85,10 @@ def kda_prefill_(
         if t is not None and t.numel() and t.data_ptr() % 16:
             raise ValueError(f"kdactl.kda.prefill: {name} must be 16-byte aligned")
     problem = KdaProblem.of(q, v, g, beta, cu_seqlens)
-    route = decide_route(problem, device_info(q.device), route).route
+    device = device_info(q.device)
+    route = decide_route(problem, device, route).route
     lib = kernels()
-    args = _args(problem, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, tuning)
+    args = _args(problem, route, device, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, tuning)
     need = lib.workspace_bytes(route, args)
     if need and (workspace is None or workspace.numel() < need):
         workspace = torch.empty(need, dtype=torch.uint8, device=q.device)

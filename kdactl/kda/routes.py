@@ -8,6 +8,7 @@ forced route that is not eligible raises ValueError with that reason.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -42,9 +43,56 @@ def _chunk(p: KdaProblem, dev: DeviceInfo) -> Optional[str]:
     return None  # validation already limits K and V to 64 or 128
 
 
+# Route small_bh (csrc/kda_small_bh.cu) cuts every sequence into segments and runs the chunk route's
+# recurrence on all of them at once: a reduction pass (two CTAs per segment, head and 32 value
+# columns: its end state from zero and its state map), a short stitch, and a replay pass. As many
+# segments as make the reduction one wave of the CTAs an SM holds (2 warps and 64.5 KB of shared
+# memory each: 3 on an H200 SM), and at least SMALL_BH_MIN_SEGMENT chunks each. The stitch costs
+# about 3 us per segment against about 1 us per chunk of the two recurrence passes (H200,
+# scripts/kernel_times.py), so time ~ 2 L + 3 P over P segments of L = chunks / P chunks: at most
+# sqrt(chunks / 2) segments (B1 T1024 H1 with 32 segments of 2 chunks measured 0.116 ms, chunk 0.046).
+SMALL_BH_CTAS_PER_SM = 3
+SMALL_BH_MIN_SEGMENT = 2
+CHUNK = 16  # tokens per chunk of the chunked kernels
+
+
+@dataclass(frozen=True)
+class SegmentPlan:
+    segments: int  # per sequence; fewer than 2 means the route is not eligible
+    segment_chunks: int  # chunks per segment (the last one may be shorter)
+    lanes: int  # recurrence CTAs per segment index: sequences x heads x value slices
+
+
+def small_bh_plan(p: KdaProblem, dev: DeviceInfo) -> SegmentPlan:
+    """How route small_bh would cut this problem's sequences (what the C launcher is given)."""
+    chunks = -(-p.seqlen // CHUNK)
+    lanes = p.num_seqs * p.heads * max(1, p.value_dim // 32)
+    wanted = SMALL_BH_CTAS_PER_SM * dev.sm_count // (2 * lanes) + 1 if lanes else 0
+    segments = min(wanted, chunks // SMALL_BH_MIN_SEGMENT, max(2, math.isqrt(chunks // 2)))
+    if segments < 2:
+        return SegmentPlan(max(segments, 0), chunks, lanes)
+    seg_chunks = -(-chunks // segments)
+    return SegmentPlan(-(-chunks // seg_chunks), seg_chunks, lanes)
+
+
+def _small_bh(p: KdaProblem, dev: DeviceInfo) -> Optional[str]:
+    if p.varlen:
+        return "needs the fixed-length layout (segments are cut at fixed chunk indices)"
+    if p.key_dim != p.value_dim:
+        return f"needs K == V, got K={p.key_dim} V={p.value_dim}"
+    plan = small_bh_plan(p, dev)
+    if plan.segments >= 2:
+        return None
+    if -(-p.seqlen // CHUNK) < 2 * SMALL_BH_MIN_SEGMENT:
+        return f"needs {2 * SMALL_BH_MIN_SEGMENT} chunks of {CHUNK} tokens (two segments), got T={p.seqlen}"
+    return (f"N x H = {p.num_seqs * p.heads} already fills the GPU ({plan.lanes} recurrence CTAs for "
+            f"{dev.sm_count} SMs): no room for segments")  # fmt: skip
+
+
 RULES: dict[str, Rule] = {
     "direct": _direct,
     "chunk": _chunk,
+    "small_bh": _small_bh,
 }
 ROUTES: tuple[str, ...] = tuple(RULES)
 
@@ -60,14 +108,30 @@ def tokens_per_sequence(p: KdaProblem) -> float:
     return p.batch * p.seqlen / p.num_seqs if p.num_seqs else 0.0
 
 
+# small_bh takes over from chunk once its plan has this many segments per sequence and the sequences
+# are this long. Measured on the H200 (csrc/PERF.md), chunk / small_bh ms: B1 T8192 H16 (4 segments)
+# 0.455 / 0.386, B2 T8192 H8 (4) 0.452 / 0.384, B1 T4096 H8 (7) 0.197 / 0.134, and the other way
+# round at B1 T8192 H32 (2) 0.596 / 0.638, B1 T2048 H2 0.085 / 0.094, B1 T1024 H1 0.046 / 0.116.
+SMALL_BH_MIN_SEGMENTS = 4
+SMALL_BH_MIN_TOKENS = 4096
+
+
 def preference(p: KdaProblem, dev: DeviceInfo) -> tuple[tuple[str, str], ...]:
     """Every route, fastest first, each with why it ranks where it does."""
     tps = tokens_per_sequence(p)
-    if tps >= CHUNK_MIN_TOKENS:
-        why = f"{tps:.0f} tokens per sequence >= {CHUNK_MIN_TOKENS}"
-        return ("chunk", why), ("direct", f"slower than chunk at {why}")
-    why = f"{tps:.0f} tokens per sequence < {CHUNK_MIN_TOKENS}"
-    return ("direct", why), ("chunk", f"slower than direct at {why}")
+    if tps < CHUNK_MIN_TOKENS:
+        why = f"{tps:.0f} tokens per sequence < {CHUNK_MIN_TOKENS}"
+        return ("direct", why), ("chunk", f"slower than direct at {why}"), ("small_bh", f"slower than direct at {why}")
+    why = f"{tps:.0f} tokens per sequence >= {CHUNK_MIN_TOKENS}"
+    segments = small_bh_plan(p, dev).segments
+    if p.seqlen < SMALL_BH_MIN_TOKENS:
+        seg_why = f"T={p.seqlen} < {SMALL_BH_MIN_TOKENS}"
+    elif segments >= SMALL_BH_MIN_SEGMENTS:
+        seg_why = f"{segments} segments per sequence >= {SMALL_BH_MIN_SEGMENTS}"
+        return ("small_bh", seg_why), ("chunk", f"slower than small_bh at {seg_why}"), ("direct", f"slower than chunk at {why}")
+    else:
+        seg_why = f"{segments} segments per sequence < {SMALL_BH_MIN_SEGMENTS}"
+    return ("chunk", why), ("small_bh", f"slower than chunk at {seg_why}"), ("direct", f"slower than chunk at {why}")
 
 
 def eligibility(problem: KdaProblem, device: DeviceInfo) -> dict[str, Optional[str]]:

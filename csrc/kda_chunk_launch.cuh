@@ -1,0 +1,96 @@
+// Launch helpers shared by the routes built on the chunked kernels: "chunk" (kda_chunk.cu) and
+// "small_bh" (kda_small_bh.cu).
+#pragma once
+#include "kda_chunk.cuh"
+
+namespace kdactl {
+namespace chunk {
+
+// The prepared factors of every (chunk slot, head).
+template <int K, int V>
+uint64_t blocks_bytes(const kdactl_kda_args& a) {
+  return static_cast<uint64_t>(num_slots(a)) * a.heads * Block<K, V>::kBytes;
+}
+
+inline bool square_head(const kdactl_kda_args& a) {
+  return a.key_dim == a.value_dim && (a.key_dim == 64 || a.key_dim == 128);
+}
+
+struct RecurShape {
+  int warps;   // 16 value columns each
+  int stages;  // chunks in flight: the recurrence is bound by the latency of its loads
+};
+
+template <typename Kernel>
+int set_smem(Kernel kernel, size_t bytes) {
+  return (int)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+}
+
+template <int K, int WARPS, int STAGES>
+constexpr size_t recur_smem() {
+  return STAGES * sizeof(RecurStage<K, 16 * WARPS>) + WARPS * C * 24 * sizeof(bf16);
+}
+
+template <int K, int V>
+int launch_prepare(const kdactl_kda_args& a, cudaStream_t stream) {
+  auto prepare = a.g_is_bf16 ? kda_chunk_prepare<K, V, true> : kda_chunk_prepare<K, V, false>;
+  const size_t smem = a.g_is_bf16 ? sizeof(PrepSmem<K, V, true>) : sizeof(PrepSmem<K, V, false>);
+  if (int rc = set_smem(prepare, smem)) return rc;
+  const int64_t slots = num_slots(a);
+  if (slots > 0x7fffffff) return KDACTL_ERR_UNSUPPORTED;
+  prepare<<<dim3(static_cast<unsigned>(slots), a.heads), 32, smem, stream>>>(a, static_cast<unsigned char*>(a.workspace));
+  return kdactl_launch_status();
+}
+
+// The recurrence over `units` (sequences, or segment slots) per head.
+template <int K, int V, int WARPS, int STAGES, Pass PASS>
+int launch_recur(const kdactl_kda_args& a, const Segments& sg, int64_t units, cudaStream_t stream) {
+  if (V % (16 * WARPS) != 0) return KDACTL_ERR_UNSUPPORTED;
+  if (units > 65535) return KDACTL_ERR_UNSUPPORTED;
+  auto kernel = kda_chunk_recur<K, V, WARPS, STAGES, PASS>;
+  const size_t smem = recur_smem<K, WARPS, STAGES>();
+  if (int rc = set_smem(kernel, smem)) return rc;
+  const dim3 grid(V / (16 * WARPS), a.heads, static_cast<unsigned>(units));
+  kernel<<<grid, WARPS * 32, smem, stream>>>(a, static_cast<const unsigned char*>(a.workspace), sg);
+  return kdactl_launch_status();
+}
+
+// The deep ring where the device's shared memory per block allows it (227 KB on sm_90 and sm_100,
+// 163 KB on sm_80, 99 KB on sm_86/89/120), else the 4-stage one.
+template <int K, int V, int WARPS, Pass PASS>
+int launch_stages(const kdactl_kda_args& a, const Segments& sg, int64_t units, RecurShape rs, int smem_optin,
+                  cudaStream_t stream) {
+  if (rs.stages == 8 && recur_smem<K, WARPS, 8>() <= static_cast<size_t>(smem_optin))
+    return launch_recur<K, V, WARPS, 8, PASS>(a, sg, units, stream);
+  if (recur_smem<K, WARPS, 4>() > static_cast<size_t>(smem_optin)) return KDACTL_ERR_UNSUPPORTED;
+  return launch_recur<K, V, WARPS, 4, PASS>(a, sg, units, stream);
+}
+
+template <int K, int V, Pass PASS>
+int launch_pass(const kdactl_kda_args& a, const Segments& sg, int64_t units, RecurShape rs, int smem_optin,
+                cudaStream_t stream) {
+  switch (rs.warps) {
+    case 1: return launch_stages<K, V, 1, PASS>(a, sg, units, rs, smem_optin, stream);
+    case 2: return launch_stages<K, V, 2, PASS>(a, sg, units, rs, smem_optin, stream);
+    case 8: return launch_stages<K, V, 8, PASS>(a, sg, units, rs, smem_optin, stream);
+    default: return launch_stages<K, V, 4, PASS>(a, sg, units, rs, smem_optin, stream);
+  }
+}
+
+// tuning (benchmarks): 10 * stages + warps, e.g. 84; or warps alone; 0 keeps `rs`.
+inline RecurShape tuned(RecurShape rs, int tuning) {
+  const int tw = tuning % 10, ts = tuning / 10;
+  if (tw == 1 || tw == 2 || tw == 4 || tw == 8) rs.warps = tw;
+  if (ts == 4 || ts == 8) rs.stages = ts;
+  return rs;
+}
+
+inline int smem_optin() {
+  int dev = 0, bytes = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+  if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return 0;
+  return bytes;
+}
+
+}  // namespace chunk
+}  // namespace kdactl

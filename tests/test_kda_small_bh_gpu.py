@@ -1,0 +1,112 @@
+"""Route "small_bh" on the GPU: the segmented recurrence against the fp64 reference (short and
+medium T, where its plan still cuts several segments), against the direct route at T = 131072 and
+1048576 (and the fp64 reference on their first 8192 tokens), on a side stream and in a CUDA graph."""
+
+import pytest
+import torch
+
+from kdactl.kda import KdaWorkspace, prefill, select_route
+from kdactl.kda.op import device_info
+from kdactl.kda.problem import KdaProblem
+from kdactl.kda.routes import small_bh_plan
+from kdactl.reference import error_ratio, kda_recurrent
+from kdactl.smoke import replay_equals_eager
+from tests.kda_inputs import make_inputs
+from tests.test_kda_gpu import TOL, _check
+
+pytestmark = pytest.mark.gpu
+
+
+def _segments(B, T, H, D=128):
+    return small_bh_plan(KdaProblem(B, T, H, D, D, B, False, False, False), device_info(0)).segments
+
+
+@pytest.mark.parametrize("with_state", [False, True], ids=["nostate", "state"])
+@pytest.mark.parametrize("T", [64, 97, 1000, 4096, 8192], ids=lambda t: f"T{t}")
+@pytest.mark.parametrize("H", [1, 2, 8, 16], ids=lambda h: f"H{h}")
+def test_small_bh_fixed_B1(H, T, with_state):
+    assert _segments(1, T, H) >= 2  # the plan really cuts this sequence
+    x, s0 = make_inputs(1, T, H, device="cuda", state_n=1 if with_state else None, seed=H * 7919 + T)
+    _check(x, s0, route="small_bh")
+
+
+@pytest.mark.parametrize(
+    "B,T,H,D,gdt,bdt",
+    [
+        (2, 3000, 2, 128, torch.float32, torch.float32),
+        (3, 1029, 3, 128, torch.bfloat16, torch.bfloat16),
+        (2, 2057, 4, 64, torch.float32, torch.bfloat16),
+    ],
+    ids=["B2-T3000-H2", "B3-T1029-H3-bf16", "B2-T2057-H4-D64"],
+)
+def test_small_bh_batched(B, T, H, D, gdt, bdt):
+    assert _segments(B, T, H, D) >= 2
+    x, s0 = make_inputs(B, T, H, K=D, V=D, device="cuda", g_dtype=gdt, beta_dtype=bdt, state_n=B, seed=B + T)
+    _check(x, s0, route="small_bh", scale=0.1)
+
+
+@pytest.mark.parametrize("g_range", [(-8.0, 0.0), (-0.01, 0.0), None], ids=["g-8..0", "g-0.01..0", "logsigmoid"])
+def test_small_bh_gates(g_range):
+    x, s0 = make_inputs(1, 6000, 2, device="cuda", state_n=1, g_range=g_range, seed=12)
+    _check(x, s0, route="small_bh")
+
+
+@pytest.mark.parametrize("with_state", [False, True], ids=["nostate", "state"])
+@pytest.mark.parametrize("T", [131072, 1048576], ids=lambda t: f"T{t}")
+def test_small_bh_long_matches_direct_and_reference_prefix(T, with_state):
+    x, s0 = make_inputs(1, T, 1, device="cuda", state_n=1 if with_state else None, seed=T + with_state)
+    call = dict(initial_state=s0, output_final_state=True)
+    o_s, s_s = prefill(**x, **call, route="small_bh")
+    o_d, s_d = prefill(**x, **call, route="direct")
+    eo, es = error_ratio(o_d, o_s), error_ratio(s_d, s_s)
+    prefix = {name: t[:, :8192] for name, t in x.items()}
+    o_ref, _ = kda_recurrent(**prefix, initial_state=s0, device="cuda")
+    ep = error_ratio(o_ref, o_s[:, :8192])
+    print(f"error ratio o={eo:.3e} state={es:.3e} (vs direct); prefix o={ep:.3e} (vs fp64)")
+    assert eo <= TOL and es <= TOL and ep <= TOL, f"vs direct o={eo:.2e} state={es:.2e}; prefix vs fp64 {ep:.2e}"
+
+
+def test_small_bh_forced_on_varlen_is_value_error():
+    x, _ = make_inputs(1, 4096, 2, device="cuda")
+    cu = torch.tensor([0, 1000, 4096], dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match="route 'small_bh' is not eligible: needs the fixed-length layout"):
+        prefill(**x, cu_seqlens=cu, route="small_bh")
+
+
+def test_auto_takes_small_bh_for_few_heads_and_matches_forced():
+    x, s0 = make_inputs(1, 16384, 4, device="cuda", state_n=1, seed=9)
+    p = KdaProblem(1, 16384, 4, 128, 128, 1, False, False, False)
+    assert select_route(p, device_info(0)) == "small_bh"
+    o_auto, s_auto = prefill(**x, initial_state=s0, output_final_state=True)
+    o_f, s_f = prefill(**x, initial_state=s0, output_final_state=True, route="small_bh")
+    assert torch.equal(o_auto, o_f) and torch.equal(s_auto, s_f)
+    o_c, s_c = prefill(**x, initial_state=s0, output_final_state=True, route="chunk")
+    eo, es = error_ratio(o_c, o_f), error_ratio(s_c, s_f)
+    assert eo <= TOL and es <= TOL, f"small_bh vs chunk: o={eo:.2e} state={es:.2e}"
+
+
+def test_small_bh_on_a_side_stream():
+    x, s0 = make_inputs(1, 4096, 2, device="cuda", state_n=1, seed=21)
+    o_ref, s_ref = prefill(**x, initial_state=s0, output_final_state=True, route="small_bh")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        o, s = prefill(**x, initial_state=s0, output_final_state=True, route="small_bh")
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    assert torch.equal(o, o_ref) and torch.equal(s, s_ref)
+
+
+def test_small_bh_graph_capture_with_workspace():
+    T, H = 8192, 2
+    x, s0 = make_inputs(1, T, H, device="cuda", state_n=1, seed=31)
+    o, s = torch.empty_like(x["v"]), torch.empty(1, H, 128, 128, device="cuda")
+    ws = KdaWorkspace("cuda")
+    call = dict(initial_state=s0, output_final_state=True, out=(o, s), workspace=ws, route="small_bh")
+    prefill(**x, **call)  # sizes the workspace
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        prefill(**x, **call)
+    for seed in (32, 33):
+        fresh = make_inputs(1, T, H, device="cuda", state_n=1, seed=seed)
+        replay_equals_eager(graph, x, s0, None, o, s, fresh)
