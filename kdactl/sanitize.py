@@ -1,8 +1,8 @@
 """``kdactl sanitize``: the KDA kernels under compute-sanitizer, each tool trusted only after it
 caught its planted fault.
 
-For each tool (memcheck, synccheck, racecheck, initcheck): first the positive control
-(checks/control.py runs the tool's fault from csrc/faults/), then the payload (checks/payload.py, a
+For each tool (memcheck, synccheck, racecheck, initcheck), at once: the positive control
+(checks/control.py runs the tool's fault from csrc/faults/) and the payload (checks/payload.py, a
 smoke of every eligible route and the self-test), each in a subprocess with a time limit, the
 caching allocator off, an explicit --error-exitcode and --target-processes all. Verdict per tool:
 
@@ -139,20 +139,23 @@ def judge_payload(tool: str, proc: ProcResult, timeout_s: float) -> tuple[str, s
 
 def run_tool(tool: str, exe: str, prepared: Prepared, checks: Path, gpu: int, timeout_s: float,
              runner: ProcessRunner, base_env: Mapping[str, str] | None = None) -> ToolRun:  # fmt: skip
-    """The positive control, then (if it was caught) the payload, under one tool."""
+    """The positive control and the payload under one tool, at once (two processes); the payload's
+    verdict counts only if the control was caught."""
     env = sanitizer_env(gpu, base_env)
     fault = CONTROL_FOR_TOOL[tool]
     control_cmd = sanitizer_command(exe, tool, checks / "control.py", ["--lib", str(prepared.faults_lib), "--fault", fault])
-    control = runner(control_cmd, env=env, timeout_s=min(timeout_s, CONTROL_TIMEOUT_S), cwd=checks)
+    payload_cmd = sanitizer_command(exe, tool, checks / "payload.py", ["--faults-lib", str(prepared.faults_lib)])
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        payload_run = pool.submit(runner, payload_cmd, env=env, timeout_s=timeout_s, cwd=checks)
+        control = runner(control_cmd, env=env, timeout_s=min(timeout_s, CONTROL_TIMEOUT_S), cwd=checks)
+        payload = payload_run.result()
     caught, control_detail = judge_control(tool, control)
+    duration = max(control.duration_s, payload.duration_s)
     if not caught:
         message = f"{tool}: sanitizer not trusted: it did not catch the planted {fault} fault ({control_detail['reason']})"
-        return ToolRun(tool, "error", message, control.duration_s, {"control": control_detail, "payload": None})
-    payload_cmd = sanitizer_command(exe, tool, checks / "payload.py", ["--faults-lib", str(prepared.faults_lib)])
-    payload = runner(payload_cmd, env=env, timeout_s=timeout_s, cwd=checks)
+        return ToolRun(tool, "error", message, duration, {"control": control_detail, "payload": None})
     status, message, payload_detail = judge_payload(tool, payload, timeout_s)
     message = f"{message}; control {fault}: caught ({control_detail['errors']} errors)"
-    duration = control.duration_s + payload.duration_s
     return ToolRun(tool, status, message, duration, {"control": control_detail, "payload": payload_detail})
 
 

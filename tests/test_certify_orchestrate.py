@@ -186,3 +186,34 @@ def test_stderr_progress_lines():
     p.started(job, "suite")
     p.finished(job, "suite", [CheckResult("a", "pass"), CheckResult("b", "fail", "x")], 1.25)
     assert lines == ["kdactl certify: gpu0 suite ...", "kdactl certify: gpu0 suite: 1 fail, 1 pass (1.2 s)"]
+
+
+def test_stage_groups_put_suite_and_sanitize_together_and_perf_alone():
+    groups = [[s.name for s in g] for g in orch.stage_groups(default_plan(False).stages)]
+    assert groups == [["build"], ["suite", "sanitize"], ["perf"]]
+    assert [[s.name for s in g] for g in orch.stage_groups(default_plan(True).stages)] == [["build"], ["suite", "sanitize"]]
+    bad = (StageSpec("a", "m:f", 1, overlaps=True), StageSpec("b", "m:f", 1, ("a",), overlaps=True))
+    with pytest.raises(ValueError, match=r"stage b needs \['a'\], which run at the same time"):
+        orch.stage_groups(bad)
+
+
+def test_overlapping_stages_run_at_the_same_time():
+    import threading
+
+    both = threading.Barrier(2, timeout=10)  # passes only if suite and sanitize are in flight together
+
+    def meet(job):
+        both.wait()
+        return [CheckResult("x", "pass", "")]
+
+    runner = cf.FakeRunner({("suite", 0): meet, ("sanitize", 0): meet})
+    results = orch.run_gpus(jobs(1), default_plan(False), runner)
+    assert verdict(results)[0] == "certified"
+    assert [c[0] for c in runner.calls][0] == "build" and [c[0] for c in runner.calls][-1] == "perf"
+
+
+def test_a_failed_build_skips_both_overlapping_stages():
+    runner = cf.FakeRunner({("build", 0): lambda j: [CheckResult("build", "fail", "nvcc failed")]})
+    results = orch.run_gpus(jobs(1), default_plan(False), runner)
+    skipped = {r.check: r.message for r in results if r.status == "skip"}
+    assert skipped == {s: "not run: stage build did not pass" for s in ("suite", "sanitize", "perf")}

@@ -144,23 +144,47 @@ def run_gpus(jobs: list[GpuJob], plan: Plan, runner: StageRunner, progress: Prog
     return [r for results in per_gpu for r in results]
 
 
+def stage_groups(stages: tuple[StageSpec, ...]) -> list[tuple[StageSpec, ...]]:
+    """The plan's stages in the groups that run at once: each run of adjacent overlapping stages,
+    and every other stage alone. ValueError when a stage needs one of its own group."""
+    groups: list[list[StageSpec]] = []
+    for spec in stages:
+        if spec.overlaps and groups and groups[-1][-1].overlaps:
+            groups[-1].append(spec)
+        else:
+            groups.append([spec])
+    for group in groups:
+        names = {s.name for s in group}
+        for spec in group:
+            if names.intersection(spec.needs):
+                raise ValueError(f"stage {spec.name} needs {sorted(names.intersection(spec.needs))}, which run at the same time")
+    return [tuple(g) for g in groups]
+
+
 def run_gpu(job: GpuJob, plan: Plan, runner: StageRunner, progress: Progress) -> list[CheckResult]:
     out: list[CheckResult] = []
     passed: dict[str, bool] = {}
-    for spec in plan.stages:
-        blocked = [n for n in spec.needs if not passed.get(n)]
-        if blocked:
-            results = [CheckResult(spec.name, "skip", f"not run: stage {', '.join(blocked)} did not pass")]
-        else:
-            progress.started(job, spec.name)
-            start = time.monotonic()
-            results = _guarded(runner, spec, job)
-            progress.finished(job, spec.name, results, time.monotonic() - start)
-        results = [replace(r, gpu=job.index) for r in results]
-        passed[spec.name] = stage_passed(results)
-        out += results
+    for group in stage_groups(plan.stages):
+        with ThreadPoolExecutor(max_workers=len(group), thread_name_prefix=f"kdactl-gpu{job.index}") as pool:
+            per_stage = list(pool.map(lambda spec: _run_stage(spec, job, passed, runner, progress), group))
+        for spec, results in zip(group, per_stage):
+            passed[spec.name] = stage_passed(results)
+            out += results
     out += [CheckResult(name, "skip", why, gpu=job.index, required=False) for name, why in plan.not_run]
     return out
+
+
+def _run_stage(spec: StageSpec, job: GpuJob, passed: dict[str, bool], runner: StageRunner,
+               progress: Progress) -> list[CheckResult]:  # fmt: skip
+    blocked = [n for n in spec.needs if not passed.get(n)]
+    if blocked:
+        results = [CheckResult(spec.name, "skip", f"not run: stage {', '.join(blocked)} did not pass")]
+    else:
+        progress.started(job, spec.name)
+        start = time.monotonic()
+        results = _guarded(runner, spec, job)
+        progress.finished(job, spec.name, results, time.monotonic() - start)
+    return [replace(r, gpu=job.index) for r in results]
 
 
 def _guarded(runner: StageRunner, spec: StageSpec, job: GpuJob) -> list[CheckResult]:

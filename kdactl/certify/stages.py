@@ -7,14 +7,14 @@ judge is ``error``; a stage that ran nothing is ``skip`` with the reason (never 
 
 Plans (decisions):
 
-- full: build (load the library + device self-test), suite (kdactl.suite.run_suite: JIT contracts,
+- full: build (load the library + device self-test), then at once suite (kdactl.suite.run_suite: JIT contracts,
   route smokes, stream and graph tests), sanitize (all four compute-sanitizer tools), perf (bench's
-  smoke suite gated against fleet/baselines/<SKU>.toml). Every stage is required. With no baseline
+  smoke suite gated against fleet/baselines/<SKU>.toml, alone on the GPU). Every stage is required. With no baseline
   for the SKU the perf check is a required ``skip`` that names the missing file: the node is then
   inconclusive, because an unmeasured node is not a certified one. Record a baseline on a known good
   node of that SKU first (``kdactl bench --suite smoke --peers none --record-baseline``).
-- quick (target: under 30 s with a warm cache): build, suite in its quick form (contracts and route
-  smokes), memcheck only. The perf gate is reported as a skip that is not required, and the
+- quick (target: under 30 s with a warm cache): build, then at once the suite in its quick form
+  (contracts and route smokes) and memcheck only. The perf gate is reported as a skip that is not required, and the
   certificate records ``"scope": "quick"``; ``kdactl gate`` does not accept a quick certificate.
 """
 
@@ -38,6 +38,9 @@ class StageSpec:
     impl: str  # "module:function" that the worker imports and calls
     timeout_s: float
     needs: tuple[str, ...] = ()  # stages of the same GPU that must have passed first
+    # May run at the same time as the overlapping stages next to it in the plan (never perf: its
+    # timings need the GPU to themselves). Its needs must come before that group.
+    overlaps: bool = False
 
 
 @dataclass(frozen=True)
@@ -50,14 +53,14 @@ def default_plan(quick: bool) -> Plan:
     build = StageSpec("build", f"{_HERE}:build_stage", 900.0)  # a cold JIT build takes minutes
     if quick:
         return Plan(
-            (build, StageSpec("suite", f"{_HERE}:suite_stage", 75.0, ("build",)),
-             StageSpec("sanitize", f"{_HERE}:sanitize_stage", 150.0, ("build",))),
+            (build, StageSpec("suite", f"{_HERE}:suite_stage", 75.0, ("build",), overlaps=True),
+             StageSpec("sanitize", f"{_HERE}:sanitize_stage", 150.0, ("build",), overlaps=True)),
             (("perf", "not run with --quick (the full certify gates performance)"),),
         )  # fmt: skip
     return Plan((
         build,
-        StageSpec("suite", f"{_HERE}:suite_stage", 600.0, ("build",)),
-        StageSpec("sanitize", f"{_HERE}:sanitize_stage", 1500.0, ("build",)),
+        StageSpec("suite", f"{_HERE}:suite_stage", 600.0, ("build",), overlaps=True),
+        StageSpec("sanitize", f"{_HERE}:sanitize_stage", 1500.0, ("build",), overlaps=True),
         StageSpec("perf", f"{_HERE}:perf_stage", 300.0, ("build",)),
     ))  # fmt: skip
 
