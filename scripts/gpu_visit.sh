@@ -37,9 +37,11 @@ for section in "$@"; do
       kdactl verify $S/t.json; echo "one-byte-changed verify rc=$?"
       ;;
     faults)
-      for f in wrong-result:direct wrong-result:chunk sanitizer hang crash; do
+      # wait on these PIDs only: a bare `wait` also waits for the log's tee and never returns
+      pids=(); for f in wrong-result:direct wrong-result:chunk wrong-result:small_bh sanitizer hang crash; do
         (s0=$SECONDS; KDACTL_FAULT=$f timeout 120 kdactl certify --quick --out $S/f_${f//:/_}.json --json > $S/f_${f//:/_}.out 2>&1; echo "fault $f rc=$? ($((SECONDS-s0)) s)") &
-      done; wait
+        pids+=($!)
+      done; wait "${pids[@]}"
       for f in $S/f_*.json; do python3 -c "import json;d=json.load(open('$f'));print('$f', d['verdict'], d['reason'][:300])"; done ;;
     baseline)
       timeout 60 kdactl bench --suite smoke --peers none --iters 8 --record-baseline --baseline fleet/baselines/H200.toml > /dev/null; echo record rc=$?
