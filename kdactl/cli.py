@@ -76,7 +76,7 @@ def bench(
     baseline: Optional[Path] = typer.Option(None, "--baseline", help="Baseline file (default fleet/baselines/<SKU>.toml)."),
     tolerance: Optional[float] = typer.Option(None, "--tolerance", help="Tolerance stored by --record-baseline (default 0.10)."),
     device: int = typer.Option(0, "--device", help="CUDA device index."),
-    timer: str = typer.Option("auto", "--timer", help="auto (CUPTI when cupti-python is installed) or cuda-events."),
+    timer: str = typer.Option("auto", "--timer", help="auto (kineto: device time through torch's profiler), kineto, cupti (needs cupti-python) or cuda-events."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Time KDA prefill routes against each other and against fla: cold L2, ABBA order, checked first."""

@@ -6,19 +6,24 @@ Values:
   sanitizer             the sanitizer payload also launches the planted out-of-bounds write, so
                         memcheck must report an error;
   hang                  a check sleeps forever, so the suite's time limit must end it (inconclusive);
-  crash                 a check calls os.abort(), so the suite process dies (inconclusive).
+  crash                 a check calls os.abort(), so the suite process dies (inconclusive);
+  busy                  the perf stage starts a co-tenant process that keeps the GPU busy while it
+                        times, so the perf gate must see it and end inconclusive (never failed);
+  slow                  every KDA call launches its kernels twice (same result, twice the time), so
+                        the perf gate must fail the node.
 A value kdactl does not know raises ValueError: a typo must never let a run look clean.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 ENV_VAR = "KDACTL_FAULT"
-KINDS = ("wrong-result", "sanitizer", "hang", "crash")
+KINDS = ("wrong-result", "sanitizer", "hang", "crash", "busy", "slow")
 
 
 @dataclass(frozen=True)
@@ -34,7 +39,7 @@ def parse_fault(value: str | None) -> Fault | None:
         return None
     kind, _, route = text.partition(":")
     if kind not in KINDS:
-        raise ValueError(f"{ENV_VAR} must be one of wrong-result:<route>, sanitizer, hang, crash; got {text!r}")
+        raise ValueError(f"{ENV_VAR} must be one of wrong-result:<route>, sanitizer, hang, crash, busy, slow; got {text!r}")
     if kind == "wrong-result":
         if not route:
             raise ValueError(f"{ENV_VAR}=wrong-result needs a route, e.g. wrong-result:direct; got {text!r}")
@@ -75,3 +80,37 @@ def hang_or_crash(env: Mapping[str, str] | None = None) -> None:
 def wants_sanitizer_fault(env: Mapping[str, str] | None = None) -> bool:
     fault = active_fault(env)
     return fault is not None and fault.kind == "sanitizer"
+
+
+def is_active(kind: str, env: Mapping[str, str] | None = None) -> bool:
+    fault = active_fault(env)
+    return fault is not None and fault.kind == kind
+
+
+COTENANT_S = 900.0  # the co-tenant's own limit, should nobody stop it
+
+
+def start_cotenant(python: str | None = None) -> subprocess.Popen:
+    """KDACTL_FAULT=busy: another process that holds a CUDA context on this GPU and keeps it busy
+    with matrix products. Returns once it is running; the caller stops it (stop_cotenant)."""
+    import sys
+
+    code = ("import sys, time, torch\n"
+            "a = torch.randn(4096, 4096, device='cuda', dtype=torch.bfloat16)\n"
+            "torch.cuda.synchronize(); print('ready', flush=True)\n"
+            f"end = time.monotonic() + {COTENANT_S}\n"
+            "while time.monotonic() < end:\n"
+            "    for _ in range(16): a = (a @ a).clamp_(-1, 1)\n"
+            "    torch.cuda.synchronize()\n")  # fmt: skip
+    proc = subprocess.Popen([python or sys.executable, "-c", code], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            text=True, start_new_session=True)  # fmt: skip
+    line = proc.stdout.readline() if proc.stdout else ""
+    if line.strip() != "ready":
+        stop_cotenant(proc)
+        raise RuntimeError(f"KDACTL_FAULT=busy: the co-tenant process did not start (exit {proc.returncode})")
+    return proc
+
+
+def stop_cotenant(proc: subprocess.Popen) -> None:
+    proc.kill()
+    proc.wait(timeout=30)

@@ -2,6 +2,8 @@
 # One device visit, sections chosen by argument and run in the order given, each under its own time
 # limit, everything logged to $OUT/visit.log:
 #   bash scripts/gpu_visit.sh tests certify faults baseline small-bh serving
+# kdactl is installed exactly as the README tells an operator (no wheels beyond the image); the
+# carried wheels (.whl: fla and its needs) are visible only to the sections that time fla as a peer.
 # fla autotunes ~90 s per new head count, so its head counts are warmed in parallel first (bounded:
 # an unbounded wait on these once burned a whole visit).
 set -uo pipefail
@@ -9,22 +11,42 @@ export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$PWD/.cache/triton KDACTL_DATA_DIR=/t
   KDACTL_CACHE_DIR=$PWD/.cache/kdactl FLA_FLASH_KDA=0
 S=/tmp/visit; mkdir -p $S $KDACTL_DATA_DIR
 exec > >(tee -a $OUT/visit.log) 2>&1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site
 python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v WARNING
-for h in 1 4 8 12 64 96; do timeout 150 python3 scripts/warm_fla.py $h > $S/warm_$h.log 2>&1 & done
+python3 -c "import cupti" 2>/dev/null && echo "NOTE: cupti-python is on this image" || echo "cupti-python: not installed (as on the image)"
+peers() { PYTHONPATH=/tmp/site "$@"; }  # fla and its wheels, for peer timing only
+if [ -d .whl ] && [[ " $* " =~ " small-bh "|" serving " ]]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  for h in 1 4 8 12 64 96; do peers timeout 150 python3 scripts/warm_fla.py $h > $S/warm_$h.log 2>&1 & done
+fi
 TIMEFORMAT="wall %R s"
 echo "== detect"; kdactl detect
 echo "== build"; time timeout 200 kdactl build | tail -4
 
+summary() {  # a certificate: verdict, reason, and each result
+  python3 -c "import json,sys;d=json.load(open(sys.argv[1]));print(d['verdict'], '|', d['reason'][:400]);[print(' ', r.get('gpu'), r['check'], r.get('status'), r.get('duration_s'), r.get('timer') or '', str(r.get('message',''))[:160]) for r in d['results'] if sys.argv[2:] == [] or r['check'].startswith(tuple(sys.argv[2:]))]" "$@"
+}
+certify_full() {  # name, then env assignments for the run
+  local n=$1; shift
+  (s0=$SECONDS; env "$@" timeout 200 kdactl certify --expect-gpus 1 --expect-sku H200 --out $S/$n.json --json > $S/$n.out 2>$S/$n.err
+   echo "certify $n rc=$? ($((SECONDS-s0)) s)"); cp $S/$n.json $OUT/$n.json 2>/dev/null; summary $S/$n.json perf health
+}
+
 bench() {  # suite name, then extra args
   local s=$1; shift
-  time timeout 200 kdactl bench --suite $s --peers fla --markdown $OUT/$s.md --json "$@" > $S/$s.json
+  time peers timeout 200 kdactl bench --suite $s --peers fla --markdown $OUT/$s.md --json "$@" > $S/$s.json
   echo rc=$?; cat $OUT/$s.md
 }
 for section in "$@"; do
   echo "== $section ($(date +%T))"
   case $section in
+    truth)  # issue 15: healthy, busy (a real co-tenant, then the fault), slow
+      certify_full healthy
+      python3 -c "import torch,time;a=torch.randn(8192,8192,device='cuda');print('cotenant up',flush=True)
+while True: a=(a@a).clamp_(-1,1)" > $S/cotenant.log 2>&1 & ct=$!
+      sleep 8; nvidia-smi --query-compute-apps=pid,used_memory --format=csv
+      certify_full busy-cotenant; kill $ct; wait $ct 2>/dev/null
+      certify_full fault-slow KDACTL_FAULT=slow
+      certify_full fault-busy KDACTL_FAULT=busy ;;
     tests) time timeout 300 python3 -m pytest -q -m gpu tests -p no:cacheprovider --maxfail=25 --junitxml=$OUT/gpu.xml -o junit_logging=system-out 2>&1 | grep -vE "^(tests|\s)" | tail -40 ;;
     certify)
       time timeout 180 kdactl certify --expect-gpus 1 --expect-sku H200 --out /tmp/kd/cert.json \

@@ -29,6 +29,11 @@ PASS, REGRESSED, NOISE, NO_BASELINE, NOT_MEASURED = "pass", "regressed", "slower
 # Within the threshold, but auto now runs another route than the one the baseline timed: the gate
 # can no longer see that route's regressions until the baseline is recorded again.
 ROUTE_CHANGED = "route-changed"
+# The baseline was timed with another timer (or names none): its milliseconds are another quantity.
+TIMER_MISMATCH = "timer-mismatch"
+
+
+UNJUDGED = (NOT_MEASURED, NO_BASELINE, TIMER_MISMATCH)  # the gate could not say: inconclusive
 
 
 @dataclass(frozen=True)
@@ -166,7 +171,16 @@ def judge(run: ShapeRun, baseline: Baseline) -> GateRow:
     return GateRow(label, NOISE, **row, message=f"{said}; within the run's spread (fastest block {s.block_lo_ms:.4g} ms)")
 
 
-def gate(runs: Iterable[ShapeRun], baseline: Baseline) -> list[GateRow]:
+def gate(runs: Iterable[ShapeRun], baseline: Baseline, timer: str) -> list[GateRow]:
+    """Each shape judged against the baseline; none when the baseline was timed with another timer
+    than this run's: that is inconclusive, never a pass or a regression."""
+    runs = list(runs)
+    recorded = baseline.meta.get("timer")
+    if recorded != timer:
+        why = (f"the baseline was timed with {recorded!r}, this run with {timer!r}: not comparable; record the "
+               f"baseline again with this timer, or run with --timer {recorded}") if recorded else \
+              f"the baseline names no timer, this run used {timer!r}: not comparable; record the baseline again"
+        return [GateRow(r.shape.label, TIMER_MISMATCH, message=why) for r in runs]
     return [judge(r, baseline) for r in runs]
 
 
@@ -174,6 +188,6 @@ def gate_exit(rows: list[GateRow]) -> int:
     """1 on any clear regression; else 3 when any shape could not be judged; else 0."""
     if any(r.status == REGRESSED for r in rows):
         return EXIT_NOT_CERTIFIED
-    if not rows or any(r.status in (NOT_MEASURED, NO_BASELINE) for r in rows):
+    if not rows or any(r.status in UNJUDGED for r in rows):
         return EXIT_INCONCLUSIVE
     return EXIT_PASS

@@ -39,7 +39,7 @@ def verdict(runs: list[ShapeRun], gate_rows: list[bl.GateRow], gating: bool) -> 
                 missing.append(f"{r.shape.label} {o.name}: {o.reason}")
     wrong += [f"{g.label}: regression: {g.message}" for g in gate_rows if g.status == bl.REGRESSED]
     if gating:
-        missing += [f"{g.label}: {g.message}" for g in gate_rows if g.status in (bl.NOT_MEASURED, bl.NO_BASELINE)]
+        missing += [f"{g.label}: {g.message}" for g in gate_rows if g.status in bl.UNJUDGED]
     if not any(o.status == OK and o.own for r in runs for o in r.outcomes):
         missing.append("no kdactl kernel was measured")
     if wrong:

@@ -22,6 +22,7 @@ from kdactl.bench.progress import NullProgress, Progress, make_progress
 from kdactl.bench.report import BenchReport, verdict
 from kdactl.bench.stats import summarize
 from kdactl.bench.suites import Shape, resolve_shapes
+from kdactl.bench.timing import TIMERS
 from kdactl.errors import Inconclusive, UsageError
 from kdactl.settings import Settings
 
@@ -48,7 +49,7 @@ class BenchOptions:
     markdown: Optional[str] = None  # FILE, or "-" for stdout instead of the table
     plot: Optional[Path] = None
     device: int = 0
-    timer: str = "auto"  # "auto" (CUPTI when installed) or "cuda-events"
+    timer: str = "auto"  # "auto" (kineto), or a timer by name: kineto, cupti, cuda-events
     as_json: bool = False
 
 
@@ -90,8 +91,8 @@ def check_options(o: BenchOptions) -> Request:
         raise UsageError(f"--tolerance must be in [0, 10), got {o.tolerance}")
     if o.plot is not None:
         _require_matplotlib()
-    if o.timer not in ("auto", "cuda-events"):
-        raise UsageError(f"--timer must be auto or cuda-events, got {o.timer!r}")
+    if o.timer not in ("auto", *TIMERS):
+        raise UsageError(f"--timer must be one of auto, {', '.join(TIMERS)}; got {o.timer!r}")
     return Request(shapes, routes, peers, plan(o.iters), o)
 
 
@@ -130,7 +131,7 @@ def run_bench(settings: Settings, options: BenchOptions, harness_factory: Callab
         prog.close()
         if harness is not None:
             harness.release()
-    rows = bl.gate(runs, old) if options.gate and old is not None else []
+    rows = bl.gate(runs, old, str(info.get("timer"))) if options.gate and old is not None else []
     code, reasons = verdict(runs, rows, gating=options.gate)
     report = BenchReport(info, req.plan, options.warmup, runs, rows, code, reasons, baseline_path=path)
     if options.record_baseline:

@@ -1,9 +1,13 @@
-"""Cold-L2 flush and the two timers: CUPTI kernel durations (cupti-python) or CUDA events.
+"""Cold-L2 flush and the timers.
 
-``CuptiTimer`` sums the device durations of every kernel, memset and memcpy the call launched,
-so host gaps inside the call (Python overhead, a ``.tolist()`` sync) are not counted. ``EventTimer``
-measures the stream span between two events around the call, host gaps included. The report names
-the timer used. Both flush L2 before the span, never inside it.
+``KinetoTimer`` (the default, ``kineto``) and ``CuptiTimer`` (``cupti``, the optional cupti-python
+extra) both sum the device durations of every kernel, memset and memcpy the call launched, read from
+CUPTI's activity records: torch's own profiler (kineto) carries CUPTI inside torch, so the default
+needs nothing beyond torch. Host gaps inside the call (Python overhead, a ``.tolist()`` sync) are not
+counted. ``EventTimer`` (``cuda-events``) measures the stream span between two events around the
+call, host launch overhead included. Timings of different timers are different quantities: the
+report and every baseline name the timer, and the gate compares only like with like. All flush L2
+before the span, never inside it.
 """
 
 from __future__ import annotations
@@ -52,6 +56,49 @@ class EventTimer:
         end.record()
         end.synchronize()
         return float(start.elapsed_time(end))
+
+
+# kineto's activity types that are device work (its CPU-side and runtime records are not).
+_DEVICE_ACTIVITIES = ("kernel", "gpu_memset", "gpu_memcpy")
+
+
+class KinetoTimer:
+    """Device time from torch.profiler: one profiling session around the call, then the summed
+    durations of the device records it produced. Sessions start outside the timed work, so their own
+    cost is not counted."""
+
+    name = "kineto"
+
+    def __init__(self, device, profiler=None):
+        import torch
+
+        self.device = device
+        self._torch = torch
+        self._profile = profiler or (lambda: torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]))
+
+    def time_ms(self, fn: Callable[[], Any]) -> float:
+        self._torch.cuda.synchronize(self.device)
+        with self._profile() as prof:
+            fn()
+            self._torch.cuda.synchronize(self.device)
+        ns = device_ns(prof.profiler.kineto_results.events())
+        if ns <= 0:
+            raise RuntimeError("torch.profiler recorded no device activity for the call (is CUPTI working?)")
+        return ns / 1e6
+
+
+def device_ns(events) -> int:
+    """Summed duration of the device records among kineto events (kernels, memsets, memcpys)."""
+    total = 0
+    for e in events:
+        kind = e.activity_type() if hasattr(e, "activity_type") else None
+        if kind is not None:
+            device_work = kind in _DEVICE_ACTIVITIES
+        else:  # an older torch: every CUDA-side record that is not a user annotation
+            device_work = str(e.device_type()).endswith("CUDA") and not e.is_user_annotation()
+        if device_work:
+            total += int(e.duration_ns())
+    return total
 
 
 class CuptiTimer:
@@ -103,30 +150,44 @@ class CuptiTimer:
                 pass
 
 
+TIMERS = ("kineto", "cupti", "cuda-events")
+
+
 def make_timer(device, prefer: str = "auto") -> tuple[Any, str]:
-    """(timer, note). CUPTI when cupti-python imports and a probe call produces records (unless
-    prefer == "cuda-events"); else CUDA events, with the reason CUPTI was not used."""
+    """(timer, note). ``auto``: kineto, or CUDA events (with the reason) where its probe fails. A
+    timer asked for by name is that timer or Inconclusive: a baseline of one timer is never judged
+    with another."""
+    from kdactl.errors import Inconclusive
+
     if prefer == "cuda-events":
         return EventTimer(device), "cuda-events requested"
+    kinds = {"kineto": (KinetoTimer, "torch.profiler (kineto) device activity records"),
+             "cupti": (CuptiTimer, "cupti-python activity records")}  # fmt: skip
+    name = "kineto" if prefer == "auto" else prefer
+    if name not in kinds:
+        raise ValueError(f"unknown timer {prefer!r}; timers: auto, {', '.join(TIMERS)}")
+    cls, note = kinds[name]
+    timer = None
     try:
-        timer = CuptiTimer(device)
-    except ImportError:
-        return EventTimer(device), "cupti-python not installed (pip install 'kdactl[cupti]')"
-    except Exception as err:  # noqa: BLE001 - a broken CUPTI must not stop the bench
-        return EventTimer(device), f"CUPTI unusable: {type(err).__name__}: {err}"
-    try:
+        timer = cls(device)
         _probe(timer, device)
-    except Exception as err:  # noqa: BLE001
-        timer.close()
-        return EventTimer(device), f"CUPTI probe failed: {type(err).__name__}: {err}"
-    return timer, "cupti-python activity records"
+    except Exception as err:  # noqa: BLE001 - a broken profiler must not stop the bench
+        if timer is not None and hasattr(timer, "close"):
+            timer.close()
+        why = f"{name} unusable: {type(err).__name__}: {err}"
+        if isinstance(err, ImportError) and name == "cupti":
+            why = "cupti-python not installed (pip install 'kdactl[cupti]')"
+        if prefer != "auto":
+            raise Inconclusive(f"timer {name} requested but {why}") from None
+        return EventTimer(device), why
+    return timer, note
 
 
-def _probe(timer: CuptiTimer, device) -> None:
+def _probe(timer, device) -> None:
     import torch
 
     x = torch.ones(1 << 20, device=device)
     ms = timer.time_ms(lambda: x.mul_(1.0))
     if not ms > 0:
         raise RuntimeError(f"probe kernel timed at {ms} ms")
-    log.info("CUPTI probe: 4 MiB multiply took %.4f ms", ms)
+    log.info("%s probe: 4 MiB multiply took %.4f ms", timer.name, ms)

@@ -21,7 +21,7 @@ Plans (decisions):
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from kdactl.results import CheckResult
@@ -134,7 +134,8 @@ def sanitize_stage(ctx: StageContext) -> list[CheckResult]:
 
 
 def perf_stage(ctx: StageContext) -> list[CheckResult]:
-    """bench's smoke suite on the auto route, gated against fleet/baselines/<SKU>.toml."""
+    """bench's smoke suite on the auto route, gated against fleet/baselines/<SKU>.toml with the
+    baseline's own timer, while NVML watches the GPU for other processes and throttling."""
     from kdactl.bench import baseline as bl
 
     path = bl.default_path(ctx.sku) if ctx.sku != "unknown" else None
@@ -144,22 +145,53 @@ def perf_stage(ctx: StageContext) -> list[CheckResult]:
                             "'kdactl bench --suite smoke --peers none --record-baseline'; a node whose speed "
                             "was not checked is not certified")]  # fmt: skip
     from kdactl.bench import BenchOptions, run_bench
+    from kdactl.bench.timing import TIMERS
+    from kdactl.faults import is_active, start_cotenant, stop_cotenant
+    from kdactl.hw.activity import judge_activity, own_pids, watched
 
-    opts = BenchOptions(suite="smoke", routes="auto", peers="none", gate=True, device=0, as_json=True)
-    report = run_bench(ctx.settings, opts)
-    return perf_results(report.gate_rows, report.exit_code, report.reasons)
+    recorded = bl.load(path).meta.get("timer")
+    opts = BenchOptions(suite="smoke", routes="auto", peers="none", gate=True, device=0, as_json=True,
+                        timer=recorded if recorded in TIMERS else "auto")  # fmt: skip
+    cotenant = start_cotenant() if is_active("busy", ctx.settings.env) else None
+    try:
+        report, samples, problems = watched(ctx.gpu, lambda: run_bench(ctx.settings, opts))
+    finally:
+        if cotenant is not None:
+            stop_cotenant(cotenant)
+    results = perf_results(report.gate_rows, report.exit_code, report.reasons, report.info.get("timer"))
+    if not samples:
+        return results + [CheckResult("perf.activity", "warn", "could not check the GPU for other processes or "
+                                      f"throttling: {'; '.join(problems[:2]) or 'no NVML sample'}")]  # fmt: skip
+    return judge_perf_activity(results, judge_activity(samples, own_pids()))
+
+
+def judge_perf_activity(results: list[CheckResult], activity: Any) -> list[CheckResult]:
+    """A busy GPU is not a failed one: timings taken beside another process become ``error``
+    (inconclusive) with the reason, except a wrong result, which fails whatever else ran. Throttling
+    is a warning."""
+    out = list(results)
+    if activity.busy:
+        out = [r if r.status == "pass" or r.check == "perf.reference_check" else
+               replace(r, status="error", message=f"{activity.busy}; timing not judged ({r.message})") for r in out]
+        out.append(CheckResult("perf.activity", "error", activity.busy))
+    else:
+        out.append(CheckResult("perf.activity", "pass", "no other process on the GPU while it was timed"))
+    if activity.throttle:
+        out.append(CheckResult("perf.throttle", "warn", activity.throttle))
+    return out
 
 
 _ROW_STATUS = {"pass": "pass", "regressed": "fail", "slower-within-noise": "warn", "route-changed": "warn",
-               "no-baseline": "error", "not-measured": "error"}
+               "no-baseline": "error", "not-measured": "error", "timer-mismatch": "error"}
 
 
-def perf_results(rows: list[Any], exit_code: int, reasons: list[str]) -> list[CheckResult]:
-    """One result per gated shape (measured, baseline, threshold in ms); a wrong result found while
-    benchmarking fails the node even where the gate could not judge the time."""
+def perf_results(rows: list[Any], exit_code: int, reasons: list[str], timer: str | None = None) -> list[CheckResult]:
+    """One result per gated shape (measured, baseline, threshold in ms, the timer); a wrong result
+    found while benchmarking fails the node even where the gate could not judge the time."""
     out = []
     for r in rows:
-        perf = {"shape": r.label, "measured": r.measured_ms, "baseline": r.baseline_ms, "threshold": r.threshold_ms, "unit": "ms"}
+        perf = {"shape": r.label, "measured": r.measured_ms, "baseline": r.baseline_ms, "threshold": r.threshold_ms,
+                "unit": "ms", "timer": timer}  # fmt: skip
         out.append(CheckResult(f"perf[{r.label}]", _ROW_STATUS.get(r.status, "error"), r.message, perf=perf))
     if exit_code == 1 and not any(x.status == "fail" for x in out):
         out.append(CheckResult("perf.reference_check", "fail", "; ".join(reasons) or "bench found a wrong result"))
