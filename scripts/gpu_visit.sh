@@ -47,6 +47,7 @@ while True: a=(a@a).clamp_(-1,1)" > $S/cotenant.log 2>&1 & ct=$!
       certify_full busy-cotenant; kill $ct; wait $ct 2>/dev/null
       certify_full fault-slow KDACTL_FAULT=slow
       certify_full fault-busy KDACTL_FAULT=busy ;;
+    bench-tests) time timeout 200 python3 -m pytest -q -m gpu tests/test_bench_gpu.py -p no:cacheprovider 2>&1 | tail -5 ;;
     tests) time timeout 300 python3 -m pytest -q -m gpu tests -p no:cacheprovider --maxfail=25 --junitxml=$OUT/gpu.xml -o junit_logging=system-out 2>&1 | grep -vE "^(tests|\s)" | tail -40 ;;
     certify)
       time timeout 180 kdactl certify --expect-gpus 1 --expect-sku H200 --out /tmp/kd/cert.json \
