@@ -247,3 +247,9 @@ def test_busy_and_slow_faults_parse():
         parse_fault("slowish")
     with pytest.raises(ValueError, match="takes no argument"):
         parse_fault("busy:3")
+
+
+def test_recording_replaces_the_run_facts_whole():
+    old = bl.Baseline("H200", 0.1, {}, {"timer": "cupti", "fla": "0.6.0", "note": "kept"})
+    new = bl.record(old, [run_with(1.0)], "H200", {"timer": "kineto", "gpu": "NVIDIA H200"}, None)
+    assert new.meta["timer"] == "kineto" and "fla" not in new.meta and new.meta["note"] == "kept"

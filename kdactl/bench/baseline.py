@@ -36,6 +36,9 @@ TIMER_MISMATCH = "timer-mismatch"
 UNJUDGED = (NOT_MEASURED, NO_BASELINE, TIMER_MISMATCH)  # the gate could not say: inconclusive
 
 
+RUN_META = ("gpu", "timer", "torch", "fla", "kernel_target")  # what a recording run says of itself
+
+
 @dataclass(frozen=True)
 class Entry:
     median_ms: float
@@ -125,7 +128,9 @@ def record(old: Baseline | None, runs: Iterable[ShapeRun], sku: str, meta: dict[
         shapes[run.shape.label] = Entry(round(s.median_ms, 6), round(s.min_ms, 6), round(s.max_ms, 6), _auto_route(o))
     tol = tolerance if tolerance is not None else (old.tolerance if old else DEFAULT_TOLERANCE)
     stamp = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
-    return Baseline(sku, tol, shapes, {**(old.meta if old else {}), **meta, "recorded_at": stamp})
+    # The run's facts (gpu, timer, versions) replace the old ones whole: a peer absent now is not kept.
+    kept = {k: v for k, v in (old.meta if old else {}).items() if k not in RUN_META}
+    return Baseline(sku, tol, shapes, {**kept, **meta, "recorded_at": stamp})
 
 
 @dataclass(frozen=True)

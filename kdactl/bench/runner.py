@@ -160,7 +160,7 @@ def _record(report: BenchReport, path: Path, old, info, tolerance) -> None:
     if code != 0:
         report.notes.append(f"baseline NOT written to {path}: the run did not pass ({'; '.join(reasons)})")
         return
-    meta = {k: str(info.get(k)) for k in ("gpu", "timer", "torch", "fla", "kernel_target") if info.get(k) is not None}
+    meta = {k: str(info.get(k)) for k in bl.RUN_META if info.get(k) is not None}
     new = bl.record(old, report.runs, str(info.get("sku") or "unknown"), meta, tolerance)
     bl.save(path, new)
     report.notes.append(f"baseline written to {path} ({len(new.shapes)} shapes, tolerance {new.tolerance:.0%})")
