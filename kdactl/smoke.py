@@ -16,9 +16,9 @@ from kdactl.faults import perturb_output
 from kdactl.kda import KdaProblem, eligibility, prefill
 from kdactl.kda.inputs import random_inputs
 from kdactl.kda.routes import DeviceInfo
+from kdactl.reference import ERROR_LIMIT as TOL
 from kdactl.reference import error_ratio, kda_recurrent
 
-TOL = 5e-3
 HEAD_DIM = 128  # K = V = 128, the size every route must support
 
 

@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from kdactl.kda import prefill, KdaWorkspace
+from kdactl.reference import ERROR_LIMIT as TOL
 from kdactl.reference import error_ratio, kda_recurrent
 from kdactl.smoke import replay_equals_eager, second_capture_refused
 from tests.kda_inputs import cu_seqlens_of, make_inputs
 
 pytestmark = pytest.mark.gpu
-TOL = 5e-3
 
 
 def _check(x, s0=None, cu=None, route="direct", **kw):

@@ -20,6 +20,7 @@ import torch
 from kdactl.bench.model import UNAVAILABLE, Candidate, Check
 from kdactl.bench.suites import Shape
 from kdactl.kda.inputs import random_inputs
+from kdactl.reference import error_ratio
 
 log = logging.getLogger("kdactl.bench")
 
@@ -42,7 +43,7 @@ def make_inputs(shape: Shape, device) -> dict[str, Any]:
 def reference(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     """(o, final_state) in fp32 from kda_chunked, after checking it against fp64 kda_recurrent on
     a prefix of the first sequence; RuntimeError if the two references disagree."""
-    from kdactl.reference import error_ratio, kda_chunked, kda_recurrent
+    from kdactl.reference import kda_chunked, kda_recurrent
 
     x = inputs
     cu = x["cu_seqlens"]
@@ -59,25 +60,10 @@ def reference(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     return kda_chunked(x["q"], x["k"], x["v"], x["g"], x["beta"], cu_seqlens=cu, chunk_size=REF_CHUNK)
 
 
-def error_ratio_on_device(ref: torch.Tensor, x: torch.Tensor) -> float:
-    """The SPEC measure rms(ref - x) / rms(ref), as kdactl.reference.error_ratio, but in fp64 on the
-    tensors' device (the suite's outputs are too large to copy to the CPU per candidate)."""
-    if x is None or tuple(x.shape) != tuple(ref.shape):
-        return float("inf")
-    r, y = ref.detach().double(), x.detach().to(ref.device).double()
-    if not torch.isfinite(y).all():
-        return float("inf")
-    den = r.square().mean().sqrt().item()
-    num = (r - y).square().mean().sqrt().item()
-    if den == 0.0:
-        return 0.0 if num == 0.0 else float("inf")
-    return num / den
-
-
 def _checker(call, ref):
     def check() -> Check:
         o, state = call()
-        return Check(error_ratio_on_device(ref[0], o), error_ratio_on_device(ref[1], state))
+        return Check(error_ratio(ref[0], o), error_ratio(ref[1], state))
 
     return check
 

@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 from kdactl.bench.stats import Summary
 from kdactl.bench.suites import Shape
 
-ERROR_LIMIT = 5e-3  # SPEC: error ratio rms(ref - x) / rms(ref) for o and the final state
+from kdactl.reference import ERROR_LIMIT
 
 # Candidate kinds: "auto" and "route" are kdactl's own kernels (their failure is evidence against the
 # node); "peer" is another library, timed for comparison only.
