@@ -195,7 +195,7 @@ def slurm_drain(
     as_json: bool = JsonOpt,
 ) -> None:
     """Drain this node with a reason that starts 'kdactl:' (an operator's drain is left as it is)."""
-    from kdactl.slurm import drain_command
+    from kdactl.integrations.slurm import drain_command
 
     _run(as_json, lambda s: drain_command(s, reason, node))
 
@@ -203,7 +203,7 @@ def slurm_drain(
 @slurm_app.command("resume")
 def slurm_resume(node: Optional[str] = NodeOpt, as_json: bool = JsonOpt) -> None:
     """Resume this node only if its drain reason starts 'kdactl:' (never an operator's drain)."""
-    from kdactl.slurm import resume_command
+    from kdactl.integrations.slurm import resume_command
 
     _run(as_json, lambda s: resume_command(s, node))
 
@@ -216,7 +216,7 @@ def k8s_labels(
     as_json: bool = JsonOpt,
 ) -> None:
     """Write kdactl.io/certified, kernel-target and cert-expiry labels for Node Feature Discovery."""
-    from kdactl.k8s import labels_command
+    from kdactl.integrations.k8s import labels_command
 
     _run(as_json, lambda s: labels_command(s, features_dir, cert, key_file))
 

@@ -53,7 +53,7 @@ class SlurmCluster:
 
     def show(self) -> tuple[str, str]:
         """(State, Reason) of the node, the reason without Slurm's [user@time] suffix."""
-        from kdactl.slurm import SubprocessRunner, show_node
+        from kdactl.integrations.slurm import SubprocessRunner, show_node
 
         s = show_node(SubprocessRunner(env=self.env), self.node)
         return s.state, s.reason

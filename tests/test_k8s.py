@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from kdactl.certify import certificate as cm
 from kdactl.cli import app
 from kdactl.errors import UsageError
-from kdactl.k8s import feature_file, labels_command
+from kdactl.integrations.k8s import feature_file, labels_command
 from tests import certify_fakes as cf
 from tests import fleet_fakes as ff
 

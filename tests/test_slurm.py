@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kdactl import slurm
+from kdactl.integrations import slurm
 from kdactl.cli import app
 from kdactl.errors import Inconclusive, ToolMissing, UsageError
 from tests import certify_fakes as cf

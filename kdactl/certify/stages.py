@@ -211,6 +211,3 @@ def visible_devices_env(env: Mapping[str, str], uuid: str, gpu: int) -> dict[str
     out.setdefault("PYTHONUNBUFFERED", "1")
     return out
 
-
-def getenv_fault(env: Mapping[str, str] | None = None) -> str:
-    return (env if env is not None else os.environ).get("KDACTL_FAULT", "")
