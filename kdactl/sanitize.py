@@ -92,8 +92,8 @@ def sanitizer_command(exe: str, tool: str, script: Path, args: Sequence[str] = (
             *TOOL_ARGS.get(tool, ()), sys.executable, str(script), *args]  # fmt: skip
 
 
-def sanitizer_env(gpu: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = suite_env(gpu, base)
+def sanitizer_env(visible: str, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = suite_env(visible, base)
     env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"  # every tensor its own allocation: memcheck sees overruns
     return env
 
@@ -137,11 +137,11 @@ def judge_payload(tool: str, proc: ProcResult, timeout_s: float) -> tuple[str, s
     return "error", f"{res.reason}{why}", detail
 
 
-def run_tool(tool: str, exe: str, prepared: Prepared, checks: Path, gpu: int, timeout_s: float,
+def run_tool(tool: str, exe: str, prepared: Prepared, checks: Path, visible: str, timeout_s: float,
              runner: ProcessRunner, base_env: Mapping[str, str] | None = None) -> ToolRun:  # fmt: skip
-    """The positive control and the payload under one tool, at once (two processes); the payload's
-    verdict counts only if the control was caught."""
-    env = sanitizer_env(gpu, base_env)
+    """The positive control and the payload under one tool, at once (two processes), on the GPU
+    CUDA_VISIBLE_DEVICES=``visible``; the payload's verdict counts only if the control was caught."""
+    env = sanitizer_env(visible, base_env)
     fault = CONTROL_FOR_TOOL[tool]
     control_cmd = sanitizer_command(exe, tool, checks / "control.py", ["--lib", str(prepared.faults_lib), "--fault", fault])
     payload_cmd = sanitizer_command(exe, tool, checks / "payload.py", ["--faults-lib", str(prepared.faults_lib)])
@@ -169,8 +169,10 @@ def sanitize_tools(
     prepare: Callable[[Settings], Prepared] = prepare_libraries,
     find: Callable[[Settings], str] = find_sanitizer,
     checks_dir: Path | None = None,
+    visible: str | None = None,
 ) -> list[ToolRun]:
-    """Every requested tool's run; a missing sanitizer, GPU or library makes every tool an error."""
+    """Every requested tool's run on GPU ``gpu`` (CUDA_VISIBLE_DEVICES=``visible``, default the index);
+    a missing sanitizer, GPU or library makes every tool an error."""
     try:
         exe = find(settings)
         prepared = prepare(settings)
@@ -184,7 +186,7 @@ def sanitize_tools(
         return [ToolRun(tool, "error", f"{tool}: not run: {type(err).__name__}: {err}", 0.0) for tool in tools]
     # The tools run at once, each in its own subprocess: certify's time is the slowest tool's, not the sum.
     with ThreadPoolExecutor(max_workers=max(1, len(tools))) as pool:
-        return list(pool.map(lambda t: run_tool(t, exe, prepared, Path(checks_dir), gpu, timeout_s, runner,
+        return list(pool.map(lambda t: run_tool(t, exe, prepared, Path(checks_dir), visible or str(gpu), timeout_s, runner,
                                                 settings.env or None), tools))  # fmt: skip
 
 

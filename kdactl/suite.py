@@ -29,10 +29,11 @@ def suite_command(checks_dir: Path, junit: Path, quick: bool = False) -> list[st
     return cmd + (["-m", QUICK_MARKER] if quick else [])
 
 
-def suite_env(gpu: int, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The child's environment: one visible GPU, and this kdactl importable."""
+def suite_env(visible: str, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The child's environment: one visible GPU (``visible`` is its CUDA_VISIBLE_DEVICES value:
+    certify's GPU UUID, or an index when run alone), and this kdactl importable."""
     env = dict(os.environ if base is None else base)
-    env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    env["CUDA_VISIBLE_DEVICES"] = visible
     env["PYTHONUNBUFFERED"] = "1"
     package_parent = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH", "")) if p)
@@ -47,15 +48,17 @@ def run_suite(
     checks_dir: Path | None = None,
     env: Mapping[str, str] | None = None,
     runner: ProcessRunner = run_process,
+    visible: str | None = None,
 ) -> list[CheckResult]:
-    """Run checks/ on GPU ``gpu`` (CUDA_VISIBLE_DEVICES) within ``timeout_s``; one result per check."""
+    """Run checks/ on one GPU within ``timeout_s``; one result per check, labelled ``gpu``. The child
+    sees CUDA_VISIBLE_DEVICES=``visible`` (default: the index ``gpu``)."""
     if checks_dir is None:
         from kdactl.assets import checks_dir as default_checks_dir
 
         checks_dir = default_checks_dir()
     with tempfile.TemporaryDirectory(prefix="kdactl-suite-") as tmp:
         junit = Path(tmp) / "junit.xml"
-        proc = runner(suite_command(Path(checks_dir), junit, quick), env=suite_env(gpu, env),
+        proc = runner(suite_command(Path(checks_dir), junit, quick), env=suite_env(visible or str(gpu), env),
                       timeout_s=timeout_s, cwd=Path(checks_dir))  # fmt: skip
         xml_text = junit.read_text(errors="replace") if junit.is_file() else None
     return judge_run(proc, xml_text, gpu, timeout_s)

@@ -142,7 +142,7 @@ def test_command_line_of_a_run():
     cmd = sanitizer_command("/cs", "racecheck", Path("/checks/payload.py"), ["--faults-lib", "/f.so"])
     assert cmd[:7] == ["/cs", "--tool", "racecheck", "--error-exitcode", "99", "--target-processes", "all"]
     assert cmd[-3:] == ["/checks/payload.py", "--faults-lib", "/f.so"]
-    env = sanitizer_env(2, {})
+    env = sanitizer_env("2", {})
     assert env["CUDA_VISIBLE_DEVICES"] == "2" and env["PYTORCH_NO_CUDA_MEMORY_CACHING"] == "1"
 
 

@@ -82,7 +82,7 @@ def test_command_and_env(tmp_path):
     cmd = suite_command(tmp_path, tmp_path / "j.xml", quick=True)
     assert cmd[:3] == [sys.executable, "-m", "pytest"] and "-p" in cmd and "no:cacheprovider" in cmd
     assert f"--junitxml={tmp_path / 'j.xml'}" in cmd and cmd[-2:] == ["-m", "quick"]
-    env = suite_env(3, {"PATH": "/bin"})
+    env = suite_env("3", {"PATH": "/bin"})
     assert env["CUDA_VISIBLE_DEVICES"] == "3" and env["PATH"] == "/bin" and env["PYTHONPATH"]
 
 
@@ -97,6 +97,9 @@ def test_run_suite_with_fake_runner(tmp_path):
 
     results = run_suite(2, quick=True, timeout_s=30, checks_dir=tmp_path, env={}, runner=runner)
     assert len(results) == 4 and seen["timeout_s"] == 30 and seen["env"]["CUDA_VISIBLE_DEVICES"] == "2"
+    # certify's worker hands down its GPU's UUID: the child sees that GPU, not the index re-masked
+    run_suite(2, checks_dir=tmp_path, env={}, runner=runner, visible="GPU-fa9f48df")
+    assert seen["env"]["CUDA_VISIBLE_DEVICES"] == "GPU-fa9f48df" and {r.gpu for r in results} == {2}
 
 
 def test_run_process_kills_on_timeout():

@@ -119,9 +119,9 @@ def suite_stage(ctx: StageContext) -> list[CheckResult]:
     """The validation suite (checks/) on this GPU: kdactl.suite.run_suite (issue 6)."""
     from kdactl.suite import run_suite
 
-    # run_suite sets CUDA_VISIBLE_DEVICES to the index it is given: the node's index (PCI order,
-    # CUDA_DEVICE_ORDER=PCI_BUS_ID is set for this worker), not the worker's device 0.
-    return list(run_suite(ctx.gpu, quick=ctx.quick, timeout_s=SUITE_TIMEOUT_S[ctx.quick], env=os.environ))
+    # The children see this worker's own GPU (its UUID, set by the orchestrator), not an index.
+    return list(run_suite(ctx.gpu, quick=ctx.quick, timeout_s=SUITE_TIMEOUT_S[ctx.quick], env=os.environ,
+                          visible=os.environ.get("CUDA_VISIBLE_DEVICES")))  # fmt: skip
 
 
 def sanitize_stage(ctx: StageContext) -> list[CheckResult]:
@@ -130,7 +130,8 @@ def sanitize_stage(ctx: StageContext) -> list[CheckResult]:
     from kdactl.sanitize import TOOLS, run_sanitizers
 
     tools = ("memcheck",) if ctx.quick else TOOLS
-    return list(run_sanitizers(ctx.settings, tools=tools, gpu=ctx.gpu, timeout_s=SANITIZE_TIMEOUT_S[ctx.quick]))
+    return list(run_sanitizers(ctx.settings, tools=tools, gpu=ctx.gpu, timeout_s=SANITIZE_TIMEOUT_S[ctx.quick],
+                               visible=os.environ.get("CUDA_VISIBLE_DEVICES")))  # fmt: skip
 
 
 def perf_stage(ctx: StageContext) -> list[CheckResult]:
