@@ -116,6 +116,12 @@ def test_worker_env_one_gpu_and_fault_only_where_asked():
     assert visible_devices_env({"KDACTL_FAULT": "crash"}, "u", 0)["KDACTL_FAULT"] == "crash"
 
 
+def test_worker_env_carries_the_nodes_target_and_sku_down():
+    env = visible_devices_env({"KDACTL_CUDA_ARCH": "sm_80"}, cf.uuid(2), 2, "sm_90a", "H200")
+    assert env["KDACTL_CUDA_ARCH"] == "sm_90a" and env["KDACTL_SKU"] == "H200"
+    assert env["CUDA_VISIBLE_DEVICES"] == cf.uuid(2) and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+
+
 # --- real worker processes -------------------------------------------------------------------
 
 

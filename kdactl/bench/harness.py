@@ -58,10 +58,11 @@ class TorchHarness:
             raise Inconclusive(f"kernel library unavailable: {type(err).__name__}: {err}") from None
 
     def sku(self) -> str:
+        """The SKU certify classified (KDACTL_SKU, set for its workers), else this GPU's own."""
         from kdactl.node import classify_sku
 
         p = self.props
-        return classify_sku(p.name, (p.major, p.minor), p.multi_processor_count)
+        return os.environ.get("KDACTL_SKU") or classify_sku(p.name, (p.major, p.minor), p.multi_processor_count)
 
     def info(self) -> dict[str, Any]:
         import torch

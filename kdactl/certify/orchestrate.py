@@ -219,7 +219,7 @@ class SubprocessRunner:
         limit = spec.timeout_s * self.timeout_scale
         with tempfile.TemporaryDirectory(prefix="kdactl-stage-") as tmp, open(log, "wb") as logf:
             result = Path(tmp) / "result.json"
-            env = visible_devices_env(job.env, job.uuid, job.index)
+            env = visible_devices_env(job.env, job.uuid, job.index, job.target, job.sku)
             start = time.monotonic()
             proc = subprocess.Popen(self.command(spec, job, result), env=env, stdin=subprocess.DEVNULL,
                                     stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip

@@ -201,11 +201,21 @@ def perf_results(rows: list[Any], exit_code: int, reasons: list[str], timer: str
     return out
 
 
-def visible_devices_env(env: Mapping[str, str], uuid: str, gpu: int) -> dict[str, str]:
-    """The worker's environment: this GPU only; KDACTL_FAULT kept only for KDACTL_FAULT_GPU (when set)."""
+SKU_ENV = "KDACTL_SKU"  # the SKU certify classified, for the suite and the bench below it
+
+
+def visible_devices_env(env: Mapping[str, str], uuid: str, gpu: int, target: str | None = None,
+                        sku: str | None = None) -> dict[str, str]:  # fmt: skip
+    """The worker's environment, which its children (pytest, compute-sanitizer, bench) inherit: this
+    GPU only, by UUID; the target and SKU the node decided, so that no child derives them again;
+    KDACTL_FAULT kept only for KDACTL_FAULT_GPU (when set)."""
     out = dict(env)
     out["CUDA_VISIBLE_DEVICES"] = uuid
     out["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    if target:
+        out["KDACTL_CUDA_ARCH"] = target
+    if sku:
+        out[SKU_ENV] = sku
     only = out.get("KDACTL_FAULT_GPU")
     if only not in (None, "") and only.strip() != str(gpu):
         out.pop("KDACTL_FAULT", None)
