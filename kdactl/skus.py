@@ -18,13 +18,61 @@ from kdactl.targets import TARGETS
 
 Version = tuple[int, int]
 
-# Every SKU kdactl.node.classify_sku can return, besides "unknown" (SPEC order).
+# Every SKU classify_sku can return, besides "unknown" (SPEC order).
 SKU_NAMES = ("H100-SXM", "H100-PCIe", "H200", "B200", "GB200", "B300", "GB300", "A100", "L40S", "RTX-PRO-6000")
 # Shape classes: decode_like (T < 16, under one chunk), serving (many heads), small_bh (few heads, long T).
 SHAPE_CLASSES = ("decode_like", "serving", "small_bh")
 ROUTES = ("direct", "chunk", "small_bh")
 _VERSION = re.compile(r"^(\d+)\.(\d+)$")
 _FIELDS = {"cc", "sm_count", "memory_gib", "l2_mib", "form", "note", "targets", "routes"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Classification: the SKU of one GPU from its NVML name, compute capability and SM count
+
+# (SKU, tokens the name must contain, compute capability). Names are split into upper-case tokens
+# on spaces, '-' and '_', so "H200" never matches "H20", nor "GH200", nor "H200" inside "GB200".
+_RULES: tuple[tuple[str, frozenset[str], Version], ...] = (
+    ("GB300", frozenset({"GB300"}), (10, 3)),
+    ("B300", frozenset({"B300"}), (10, 3)),
+    ("GB200", frozenset({"GB200"}), (10, 0)),
+    ("B200", frozenset({"B200"}), (10, 0)),
+    ("H200", frozenset({"H200"}), (9, 0)),
+    ("H100", frozenset({"H100"}), (9, 0)),  # split into SXM / PCIe below
+    ("A100", frozenset({"A100"}), (8, 0)),
+    ("L40S", frozenset({"L40S"}), (8, 9)),
+    ("RTX-PRO-6000", frozenset({"RTX", "PRO", "6000"}), (12, 0)),
+)
+_H100_SMS = {132: "H100-SXM", 114: "H100-PCIe"}
+
+
+def classify_sku(name: str, cc: tuple[int, int], sm_count: int) -> str:
+    """The fleet SKU of one GPU, or "unknown". Pure.
+
+    The name picks the family and the compute capability must match it ("NVIDIA H200" at cc 8.0 is
+    unknown). SM count only separates H100 SXM (132) from PCIe (114) when the name does not say.
+    Decisions: "NVIDIA H200 NVL" is H200 (same 132 SMs, 141 GB, 4.8 TB/s; lower power cap);
+    "NVIDIA H100 NVL" is unknown: 132 SMs with 94 GB at 3.9 TB/s match neither H100 row, and borrowing
+    either row's baselines would judge it against another part. Every A100 variant is A100, every
+    RTX PRO 6000 Blackwell edition is RTX-PRO-6000.
+    """
+    tokens = {t.upper() for t in re.split(r"[\s\-_]+", name) if t}
+    for sku, needed, want_cc in _RULES:
+        if needed <= tokens:
+            if tuple(cc) != want_cc:
+                return "unknown"
+            return _h100(tokens, sm_count) if sku == "H100" else sku
+    return "unknown"
+
+
+def _h100(tokens: set[str], sm_count: int) -> str:
+    if "NVL" in tokens:
+        return "unknown"
+    if "PCIE" in tokens:
+        return "H100-PCIe"
+    if tokens & {"HBM3", "SXM", "SXM5"}:
+        return "H100-SXM"
+    return _H100_SMS.get(sm_count, "unknown")
 
 
 class SkuMatrixError(UsageError):

@@ -12,7 +12,8 @@ from rich.console import Console
 from tests.fakes import B200, B300, CPU_TORCH, DATA, H20, H100_SXM, H200, NO_DRIVER, FakeNvml, FakeTorchCuda, fleet, providers, settings, smi_driver
 from kdactl.errors import NoGpu, UsageError
 from kdactl.hw.smi import QUERY_ARGS
-from kdactl.node import _RULES, classify_sku, detect_node, gather_node
+from kdactl.node import classify_sku, detect_node, gather_node
+from kdactl.skus import _RULES
 from kdactl.skus import SKU_NAMES, load_skus
 
 # ---------------------------------------------------------------------------------------------

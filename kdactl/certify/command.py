@@ -91,11 +91,10 @@ def check_options(o: CertifyOptions, settings: Settings) -> tuple[tuple[int, ...
 
 
 def _check_sku(sku: str) -> None:
-    from kdactl.node import _RULES
+    from kdactl.skus import SKU_NAMES
 
-    known = sorted({"H100-SXM", "H100-PCIe", *(r[0] for r in _RULES if r[0] != "H100")})
-    if sku not in known:
-        raise UsageError(f"--expect-sku {sku!r} is not a SKU kdactl knows ({', '.join(known)})")
+    if sku not in SKU_NAMES:
+        raise UsageError(f"--expect-sku {sku!r} is not a SKU kdactl knows ({', '.join(sorted(SKU_NAMES))})")
 
 
 def certify_command(settings: Settings, o: CertifyOptions, deps: Deps | None = None) -> CertifyReport:
