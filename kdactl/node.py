@@ -9,7 +9,7 @@ import re
 from collections import Counter
 from typing import Mapping
 
-from kdactl.errors import Inconclusive, KdactlError, UnsupportedTarget
+from kdactl.errors import Inconclusive, KdactlError
 from kdactl.hw.cuda_torch import TorchDevice, TorchInfo, normalize_uuid
 from kdactl.hw.detect_report import DetectReport
 from kdactl.hw.driver import DriverGpu, DriverInfo, Version, version_str
@@ -19,7 +19,7 @@ from kdactl.hw.providers import Providers, real_providers
 from kdactl.hw.toolkit import Toolkit
 from kdactl.settings import Settings
 from kdactl.skus import SkuSpec, classify_sku  # classify_sku: a SPEC name of this module
-from kdactl.targets import get_target, select_target, target_runs_on
+from kdactl.targets import decide_target, get_target, target_runs_on
 
 __all__ = ["classify_sku", "gather_node", "detect_node", "NodeFacts", "GpuFacts", "Providers"]
 
@@ -38,7 +38,8 @@ def gather_node(settings: Settings, providers: Providers | None = None) -> NodeF
     toolkit, toolkit_problem = _read_toolkit(p)
     torch = p.torch.read()
     driver, error = _read_driver(p)
-    gpus = tuple(_gpu_facts(g, driver, torch, toolkit, override) for g in (driver.gpus if driver else ()))
+    aot = _aot_lookup(settings)
+    gpus = tuple(_gpu_facts(g, driver, torch, toolkit, override, aot) for g in (driver.gpus if driver else ()))
     if driver is not None and not gpus:
         error = f"no NVIDIA GPU: the driver ({driver.driver_version}) reports 0 GPUs"
     return NodeFacts(
@@ -83,10 +84,27 @@ def _read_driver(p: Providers) -> tuple[DriverInfo | None, str | None]:
         return None, str(err)
 
 
-def _gpu_facts(g: DriverGpu, driver: DriverInfo, torch: TorchInfo, toolkit: Toolkit | None, override: str | None) -> GpuFacts:
+def _aot_lookup(settings: Settings):
+    """cc -> the AOT bundle's target for it (None without a usable bundle): what the loader would take."""
+    def lookup(cc: Version) -> str | None:
+        if not settings.aot_dir:
+            return None
+        from kdactl.jit import aot
+
+        try:
+            return aot.target_for_device(settings.aot_dir, cc)
+        except (KdactlError, OSError, ValueError):
+            return None  # the loader reports a broken bundle when it opens it
+
+    return lookup
+
+
+def _gpu_facts(g: DriverGpu, driver: DriverInfo, torch: TorchInfo, toolkit: Toolkit | None, override: str | None,
+               aot=lambda cc: None) -> GpuFacts:  # fmt: skip
     dev = match_torch_device(g, torch, len(driver.gpus))
     sm = dev.sm_count if dev else None
-    target, reason = decide_target(g.cc, toolkit, driver.cuda_driver, override)
+    target, reason = decide_target(g.cc, override=override, aot=aot(g.cc), toolkit=toolkit.version if toolkit else None,
+                                   driver_cuda=driver.cuda_driver)  # fmt: skip
     return GpuFacts(
         index=g.index, uuid=g.uuid, name=g.name, sku=classify_sku(g.name, g.cc, sm or 0), cc=g.cc,
         sm_count=sm, memory_mib=g.memory_mib, l2_bytes=dev.l2_bytes if dev else None,
@@ -107,22 +125,6 @@ def match_torch_device(g: DriverGpu, torch: TorchInfo, n_driver_gpus: int) -> To
     if len(torch.devices) == n_driver_gpus:
         return torch.devices[g.index] if g.index < len(torch.devices) else None
     return None
-
-
-def decide_target(cc: Version, toolkit: Toolkit | None, cuda_driver: Version | None, override: str | None) -> tuple[str | None, str]:
-    """(target, how it was chosen) or (None, why there is none)."""
-    if override:
-        return get_target(override).name, f"KDACTL_CUDA_ARCH={override}"
-    if toolkit is not None:
-        cuda, basis = toolkit.version, f"CUDA toolkit {toolkit.version_str} (nvcc)"
-    elif cuda_driver is not None:
-        cuda, basis = cuda_driver, f"the driver's CUDA {version_str(cuda_driver)} (no nvcc: a prebuilt AOT bundle must serve it)"
-    else:
-        return None, "no CUDA toolkit (nvcc) and no driver CUDA version to choose a target with"
-    try:
-        return select_target(cc, cuda), f"cc {version_str(cc)} with {basis}"
-    except UnsupportedTarget as err:
-        return None, str(err)
 
 
 def node_warnings(

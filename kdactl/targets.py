@@ -70,6 +70,29 @@ def select_target(cc: Version, cuda: Version) -> str:
     raise UnsupportedTarget(f"no kernel target for compute capability {_v(cc)}")
 
 
+def decide_target(cc: Version, *, override: str | None = None, aot: str | None = None, toolkit: Version | None = None,
+                  driver_cuda: Version | None = None) -> tuple[str | None, str]:  # fmt: skip
+    """The one target resolver: (target, how it was chosen) or (None, why there is none). Pure.
+
+    KDACTL_CUDA_ARCH (``override``), else the AOT bundle's entry for this device (``aot``: it is
+    what the loader would load), else the SPEC policy with the nvcc's CUDA (``toolkit``), else with
+    the driver's CUDA, which only a prebuilt bundle can serve."""
+    if override:
+        return get_target(override).name, f"KDACTL_CUDA_ARCH={override}"
+    if aot:
+        return get_target(aot).name, f"the AOT bundle's entry for cc {cc[0]}.{cc[1]}"
+    if toolkit is not None:
+        cuda, basis = toolkit, f"CUDA toolkit {toolkit[0]}.{toolkit[1]} (nvcc)"
+    elif driver_cuda is not None:
+        cuda, basis = driver_cuda, f"the driver's CUDA {driver_cuda[0]}.{driver_cuda[1]} (no nvcc: a prebuilt AOT bundle must serve it)"
+    else:
+        return None, "no CUDA toolkit (nvcc) and no driver CUDA version to choose a target with"
+    try:
+        return select_target(cc, cuda), f"cc {cc[0]}.{cc[1]} with {basis}"
+    except UnsupportedTarget as err:
+        return None, str(err)
+
+
 def resolve_target(cc: Version, cuda: Version, override: str | None = None) -> str:
     """select_target, unless KDACTL_CUDA_ARCH (``override``) names a target."""
     if override:

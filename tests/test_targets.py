@@ -69,3 +69,15 @@ def test_parse_target_list():
         parse_target_list(" , ")
     with pytest.raises(UsageError, match="unknown kernel target"):
         get_target("sm_75")
+
+
+def test_decide_target_order_override_aot_toolkit_driver():
+    from kdactl.targets import decide_target
+
+    assert decide_target((9, 0), override="sm_80", aot="sm_90a", toolkit=(13, 0)) == ("sm_80", "KDACTL_CUDA_ARCH=sm_80")
+    assert decide_target((9, 0), aot="sm_90a", toolkit=(12, 8))[0] == "sm_90a"
+    assert decide_target((10, 0), toolkit=(12, 8)) == ("sm_100a", "cc 10.0 with CUDA toolkit 12.8 (nvcc)")
+    target, why = decide_target((10, 0), driver_cuda=(13, 0))
+    assert target == "sm_100f" and "driver's CUDA 13.0" in why and "AOT bundle must serve it" in why
+    assert decide_target((10, 3), toolkit=(12, 8))[0] is None  # SPEC: 10.3 with CUDA < 12.9 is unsupported
+    assert decide_target((9, 0)) == (None, "no CUDA toolkit (nvcc) and no driver CUDA version to choose a target with")

@@ -73,8 +73,7 @@ def _library_sha(manifest: Mapping[str, Any]) -> tuple[str | None, str]:
 def node_targets(settings: Settings, ccs: Iterable[Version], toolkit: Version | None, fallback: Iterable[str]) -> set[str]:
     """The targets the node would load now: KDACTL_CUDA_ARCH, else an AOT entry for the device,
     else the SPEC policy with this nvcc; ``fallback`` (the certified targets) where none decides."""
-    from kdactl.errors import UnsupportedTarget
-    from kdactl.targets import get_target, select_target
+    from kdactl.targets import decide_target, get_target
 
     if settings.cuda_arch:
         return {get_target(settings.cuda_arch).name}
@@ -85,12 +84,8 @@ def node_targets(settings: Settings, ccs: Iterable[Version], toolkit: Version | 
             from kdactl.jit import aot
 
             found = aot.target_for_device(settings.aot_dir, cc)
-        if found is None and toolkit is not None:
-            try:
-                found = select_target(cc, toolkit)
-            except UnsupportedTarget:
-                found = None
-        out.add(found) if found else out.update(fallback)
+        target, _ = decide_target(cc, aot=found, toolkit=toolkit)
+        out.add(target) if target else out.update(fallback)
     return out
 
 
