@@ -4,11 +4,12 @@ bench's gate and certify."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from kdactl.errors import EXIT_INCONCLUSIVE, EXIT_NOT_CERTIFIED, EXIT_PASS
 
 STATUSES = ("pass", "fail", "warn", "skip", "error")
+_FIELDS = ("check", "status", "message", "duration_s", "gpu", "required")
 VERDICT_EXIT = {"certified": EXIT_PASS, "not_certified": EXIT_NOT_CERTIFIED, "inconclusive": EXIT_INCONCLUSIVE}
 
 
@@ -29,10 +30,20 @@ class CheckResult:
             raise ValueError(f"CheckResult {self.check!r}: a skip needs a reason")
 
     def to_json(self) -> dict[str, Any]:
+        """The one JSON form (worker result files, the suite plugin, the certificate): the fields,
+        with the perf facts flattened beside them."""
         out = asdict(self)
         perf = out.pop("perf")
         out.update(perf)
         return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "CheckResult":
+        """to_json's inverse; KeyError / ValueError / TypeError on a malformed entry."""
+        perf = {k: v for k, v in data.items() if k not in _FIELDS}
+        return cls(check=str(data["check"]), status=str(data["status"]), message=str(data.get("message") or ""),
+                   duration_s=float(data.get("duration_s") or 0.0), gpu=data.get("gpu"),
+                   required=bool(data.get("required", True)), perf=perf)  # fmt: skip
 
 
 def verdict(results: Iterable[CheckResult], required: Iterable[str] = (), fail_on_warn: bool = False) -> tuple[str, str]:

@@ -1,5 +1,5 @@
-"""Run the validation suite (checks/) on one GPU in a pytest subprocess and turn its JUnit report
-into CheckResults.
+"""Run the validation suite (checks/) on one GPU in a pytest subprocess; its CheckResults come back
+through kdactl.suite_plugin (a JSON file), not through a report format.
 
 The suite never passes on missing evidence: a timeout, a crash, a missing or unreadable report, a
 run with no tests, or a run where every check skipped (no GPU) is an ``error`` result (inconclusive).
@@ -7,25 +7,27 @@ run with no tests, or a run where every check skipped (no GPU) is an ``error`` r
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
-import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 from typing import Mapping
 
 from kdactl.proc import ProcessRunner, ProcResult, run_process
 from kdactl.results import CheckResult
+from kdactl.suite_plugin import PREFIX
 
 DEFAULT_TIMEOUT_S = 120.0
 QUICK_MARKER = "quick"
-SUITE_CHECK = "suite"  # the name of the one result that speaks for the whole run
+SUITE_CHECK = PREFIX  # the name of the one result that speaks for the whole run
 _MESSAGE_CHARS = 400
 
 
-def suite_command(checks_dir: Path, junit: Path, quick: bool = False) -> list[str]:
-    cmd = [sys.executable, "-m", "pytest", str(checks_dir), "-q", "-p", "no:cacheprovider",
-           f"--junitxml={junit}", f"--rootdir={checks_dir}"]  # fmt: skip
+def suite_command(checks_dir: Path, results: Path, quick: bool = False) -> list[str]:
+    cmd = [sys.executable, "-m", "pytest", str(checks_dir), "-q", "-p", "no:cacheprovider", "-p", "kdactl.suite_plugin",
+           f"--kdactl-results={results}", f"--rootdir={checks_dir}"]  # fmt: skip
     return cmd + (["-m", QUICK_MARKER] if quick else [])
 
 
@@ -57,15 +59,15 @@ def run_suite(
 
         checks_dir = default_checks_dir()
     with tempfile.TemporaryDirectory(prefix="kdactl-suite-") as tmp:
-        junit = Path(tmp) / "junit.xml"
-        proc = runner(suite_command(Path(checks_dir), junit, quick), env=suite_env(visible or str(gpu), env),
+        report = Path(tmp) / "results.json"
+        proc = runner(suite_command(Path(checks_dir), report, quick), env=suite_env(visible or str(gpu), env),
                       timeout_s=timeout_s, cwd=Path(checks_dir))  # fmt: skip
-        xml_text = junit.read_text(errors="replace") if junit.is_file() else None
-    return judge_run(proc, xml_text, gpu, timeout_s)
+        text = report.read_text(errors="replace") if report.is_file() else None
+    return judge_run(proc, text, gpu, timeout_s)
 
 
-def judge_run(proc: ProcResult, xml_text: str | None, gpu: int | None, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[CheckResult]:
-    """Pure: the child's outcome and its JUnit XML (None when missing) -> results."""
+def judge_run(proc: ProcResult, text: str | None, gpu: int | None, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[CheckResult]:
+    """Pure: the child's outcome and its results file (None when missing) -> results."""
     def whole(message: str) -> list[CheckResult]:
         return [CheckResult(SUITE_CHECK, "error", _clip(message), proc.duration_s, gpu)]
 
@@ -74,12 +76,12 @@ def judge_run(proc: ProcResult, xml_text: str | None, gpu: int | None, timeout_s
     if proc.timed_out:
         return whole(f"validation suite timed out after {timeout_s:g} s and was killed (a hung check?); "
                      f"last output: {proc.tail()}")  # fmt: skip
-    if xml_text is None:
-        return whole(f"pytest exited {_rc(proc.returncode)} without a JUnit report (crashed?); last output: {proc.tail()}")
+    if text is None:
+        return whole(f"pytest exited {_rc(proc.returncode)} without a results file (crashed?); last output: {proc.tail()}")
     try:
-        results = parse_junit(xml_text, gpu)
+        results = parse_results(text, gpu)
     except ValueError as err:
-        return whole(f"cannot read the suite's JUnit report: {err}")
+        return whole(f"cannot read the suite's results file: {err}")
     return results + _run_problems(results, proc, gpu)
 
 
@@ -99,53 +101,14 @@ def _run_problems(results: list[CheckResult], proc: ProcResult, gpu: int | None)
     return []
 
 
-def parse_junit(xml_text: str, gpu: int | None = None) -> list[CheckResult]:
-    """pytest's JUnit XML -> one CheckResult per testcase (ValueError when it is not JUnit XML).
-
-    passed -> pass; <failure> -> fail; <error> (setup/teardown/collection) -> error; <skipped> ->
-    skip with its reason, not required (a check that cannot apply, e.g. a route not eligible here).
-    A testcase with both a failure and an error is a fail: the failure is evidence."""
+def parse_results(text: str, gpu: int | None = None) -> list[CheckResult]:
+    """The plugin's file -> CheckResults for GPU ``gpu`` (ValueError when it is not that file)."""
     try:
-        root = ET.fromstring(xml_text)
-    except ET.ParseError as err:
-        raise ValueError(f"not XML: {err}") from None
-    if root.tag not in ("testsuites", "testsuite"):
-        raise ValueError(f"root element is <{root.tag}>, expected <testsuites> or <testsuite>")
-    return [_case(case, gpu) for case in root.iter("testcase")]
-
-
-def _case(case: ET.Element, gpu: int | None) -> CheckResult:
-    name = f"{SUITE_CHECK}.{_module(case.get('classname', ''))}::{case.get('name', '?')}"
-    try:
-        duration = float(case.get("time", "0") or 0)
-    except ValueError:
-        duration = 0.0
-    for tag, status in (("failure", "fail"), ("error", "error")):
-        found = case.find(tag)
-        if found is not None:
-            return CheckResult(name, status, _clip(_why(found) or tag), duration, gpu)
-    skipped = case.find("skipped")
-    if skipped is not None:
-        reason = _why(skipped).removeprefix("Skipped: ") or "skipped (no reason given)"
-        return CheckResult(name, "skip", _clip(reason), duration, gpu, required=False)
-    return CheckResult(name, "pass", "", duration, gpu)
-
-
-def _module(classname: str) -> str:
-    """pytest's dotted classname ('checks.test_routes', 'kdactl._assets.checks.test_routes.TestX')
-    -> from the test module on ('test_routes', 'test_routes.TestX')."""
-    parts = classname.split(".")
-    start = next((i for i, part in enumerate(parts) if part.startswith("test_")), 0)
-    return ".".join(parts[start:]) or "?"
-
-
-def _why(element: ET.Element) -> str:
-    message = (element.get("message") or "").strip()
-    if message:
-        return " ".join(message.split())
-    lines = [ln.strip() for ln in (element.text or "").splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ln.startswith("E ")]
-    return (errors or lines or [""])[0].removeprefix("E ").strip()
+        entries = json.loads(text)["results"]
+        results = [CheckResult.from_json(e) for e in entries]
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"not a kdactl results file: {type(err).__name__}: {err}") from None
+    return [replace(r, gpu=gpu, message=_clip(r.message)) for r in results]
 
 
 def _clip(text: str) -> str:

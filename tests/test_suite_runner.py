@@ -1,53 +1,127 @@
-"""kdactl.suite: JUnit parsing over recorded pytest reports, and the run's judgement with a fake
-runner (crash, timeout, empty run, all skipped). CPU only; one test runs the real checks/ here."""
+"""kdactl.suite and its pytest plugin: a real pytest run of a small mixed module through the plugin,
+and the run's judgement with a fake runner (crash, timeout, empty run, all skipped). CPU only; one
+test runs the real checks/ here."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from kdactl.proc import ProcResult, run_process
-from kdactl.suite import judge_run, parse_junit, run_suite, suite_command, suite_env
+from kdactl.results import CheckResult
+from kdactl.suite import judge_run, parse_results, run_suite, suite_command, suite_env
+from kdactl.suite_plugin import check_name
 
-DATA = Path(__file__).parent / "data" / "junit"
+MIXED = """
+import pytest
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("library failed to load")
+
+@pytest.fixture
+def bad_teardown():
+    yield
+    raise RuntimeError("stream left busy")
+
+def test_ok():
+    pass
+
+def test_bad():
+    assert 1 == 2, "error ratio o=1.0e-01 state=2.0e-03"
+
+def test_err(broken):
+    pass
+
+def test_skip():
+    pytest.skip("route chunk not eligible: K must be 128")
+
+def test_fail_then_teardown_error(bad_teardown):
+    assert False, "wrong result"
+
+def test_teardown_error(bad_teardown):
+    pass
+"""
 
 
-def xml(name: str) -> str:
-    return (DATA / name).read_text()
+def plugin_run(root: Path, module: str) -> tuple[subprocess.CompletedProcess, str]:
+    """A real pytest run of one module with the plugin."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "test_mod.py").write_text(module)
+    out = root / "results.json"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    proc = subprocess.run([sys.executable, "-m", "pytest", str(root), "-q", "-p", "no:cacheprovider", "-p",
+                           "kdactl.suite_plugin", f"--kdactl-results={out}", f"--rootdir={root}"],
+                          env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    return proc, out.read_text()
+
+
+@pytest.fixture(scope="module")
+def mixed_run(tmp_path_factory):
+    return plugin_run(tmp_path_factory.mktemp("suite"), MIXED)
 
 
 def by_status(results):
     return {r.check.split("::")[-1]: r.status for r in results}
 
 
-def test_parse_mixed_report():
-    results = parse_junit(xml("mixed.xml"), gpu=1)
-    assert by_status(results) == {"test_ok": "pass", "test_bad": "fail", "test_err": "error", "test_skip": "skip"}
-    fail = next(r for r in results if r.status == "fail")
-    assert fail.check == "suite.test_mix::test_bad" and fail.gpu == 1
+def results_text(*results: CheckResult) -> str:
+    return json.dumps({"results": [r.to_json() for r in results]})
+
+
+MIXED_RESULTS = results_text(CheckResult("suite.test_mix::test_ok", "pass"), CheckResult("suite.test_mix::test_bad", "fail", "x"),
+                             CheckResult("suite.test_mix::test_err", "error", "y"),
+                             CheckResult("suite.test_mix::test_skip", "skip", "z", required=False))  # fmt: skip
+
+
+def test_plugin_reports_every_outcome(mixed_run):
+    proc, text = mixed_run
+    results = parse_results(text, gpu=1)
+    assert by_status(results) == {"test_ok": "pass", "test_bad": "fail", "test_err": "error", "test_skip": "skip",
+                                  "test_fail_then_teardown_error": "fail", "test_teardown_error": "error"}, proc.stdout  # fmt: skip
+    fail = next(r for r in results if r.check.endswith("::test_bad"))
+    assert fail.check == "suite.test_mod::test_bad" and fail.gpu == 1
     assert "error ratio o=1.0e-01" in fail.message and "\n" not in fail.message
-    error = next(r for r in results if r.status == "error")
+    error = next(r for r in results if r.check.endswith("::test_err"))
     assert "library failed to load" in error.message
     skip = next(r for r in results if r.status == "skip")
     assert skip.message == "route chunk not eligible: K must be 128" and not skip.required
+    assert "stream left busy" in next(r for r in results if r.check.endswith("::test_teardown_error")).message
+
+
+def test_plugin_reports_a_module_that_cannot_be_collected(tmp_path):
+    proc, text = plugin_run(tmp_path, "import no_such_module_kdactl\n")
+    (r,) = parse_results(text)
+    assert r.check == "suite.test_mod" and r.status == "error" and proc.returncode == 2
+    assert r.message == "collection failure: ModuleNotFoundError: No module named 'no_such_module_kdactl'"
+
+
+def test_check_names():
+    assert check_name("checks/test_routes.py::test_x[direct-B1]") == "suite.test_routes::test_x[direct-B1]"
+    assert check_name("test_routes.py::TestX::test_y") == "suite.test_routes.TestX::test_y"
+    assert check_name("checks/test_broken.py") == "suite.test_broken"
 
 
 def test_judge_mixed_run_adds_nothing():
-    results = judge_run(ProcResult(1, "1 failed", 2.0), xml("mixed.xml"), 0)
+    results = judge_run(ProcResult(1, "1 failed", 2.0), MIXED_RESULTS, 0)
     assert len(results) == 4
 
 
 def test_all_skipped_is_an_error():
-    results = judge_run(ProcResult(0, "35 skipped", 2.0), xml("checks_no_gpu.xml"), 0)
+    skips = [CheckResult(f"suite.test_routes::test_{i}", "skip", "no CUDA GPU", required=False) for i in range(35)]
+    results = judge_run(ProcResult(0, "35 skipped", 2.0), results_text(*skips), 0)
     assert sum(r.status == "skip" for r in results) == 35
     whole = [r for r in results if r.check == "suite"]
     assert len(whole) == 1 and whole[0].status == "error" and "no CUDA GPU" in whole[0].message
 
 
 def test_empty_run_is_an_error():
-    (result,) = judge_run(ProcResult(5, "no tests ran", 1.0), xml("empty.xml"), 0)
+    (result,) = judge_run(ProcResult(5, "no tests ran", 1.0), results_text(), 0)
     assert result.status == "error" and "ran no checks" in result.message
 
 
@@ -56,11 +130,12 @@ def test_empty_run_is_an_error():
     [
         (ProcResult(None, "tests/test_graphs.py ..", 120.0, timed_out=True), None, "timed out after 120 s"),
         (ProcResult(-6, "Fatal Python error: Aborted", 3.0), None, "killed by signal 6"),
-        (ProcResult(0, "", 3.0), "<testsuites><testsu", "cannot read the suite's JUnit report"),
+        (ProcResult(0, "", 3.0), '{"results": [{"check": "a", "sta', "cannot read the suite's results file"),
         (ProcResult(0, "", 3.0), "<html/>", "cannot read"),
+        (ProcResult(0, "", 3.0), '{"results": [{"check": "a", "status": "great"}]}', "cannot read"),
         (ProcResult(None, "", 0.0, start_error="cannot run python: No such file"), None, "cannot start"),
     ],
-    ids=["timeout", "crash", "truncated-xml", "not-junit", "no-python"],
+    ids=["timeout", "crash", "truncated", "not-json", "bad-status", "no-python"],
 )
 def test_broken_runs_are_one_error(proc, text, words):
     (result,) = judge_run(proc, text, 0, timeout_s=120)
@@ -68,20 +143,19 @@ def test_broken_runs_are_one_error(proc, text, words):
 
 
 def test_pytest_internal_error_with_passes_is_an_error():
-    results = judge_run(ProcResult(3, "INTERNALERROR", 1.0), xml("mixed.xml").replace("failure", "x"), 0)
+    results = judge_run(ProcResult(3, "INTERNALERROR", 1.0), results_text(CheckResult("suite.t::a", "pass")), 0)
     assert results[-1].check == "suite" and results[-1].status == "error"
 
 
 def test_failed_exit_without_failures_is_an_error():
-    text = '<testsuites><testsuite><testcase classname="test_a" name="test_x" time="0.1"/></testsuite></testsuites>'
-    results = judge_run(ProcResult(1, "", 1.0), text, 0)
+    results = judge_run(ProcResult(1, "", 1.0), results_text(CheckResult("suite.test_a::test_x", "pass")), 0)
     assert [r.status for r in results] == ["pass", "error"]
 
 
 def test_command_and_env(tmp_path):
-    cmd = suite_command(tmp_path, tmp_path / "j.xml", quick=True)
+    cmd = suite_command(tmp_path, tmp_path / "r.json", quick=True)
     assert cmd[:3] == [sys.executable, "-m", "pytest"] and "-p" in cmd and "no:cacheprovider" in cmd
-    assert f"--junitxml={tmp_path / 'j.xml'}" in cmd and cmd[-2:] == ["-m", "quick"]
+    assert "kdactl.suite_plugin" in cmd and f"--kdactl-results={tmp_path / 'r.json'}" in cmd and cmd[-2:] == ["-m", "quick"]
     env = suite_env("3", {"PATH": "/bin"})
     assert env["CUDA_VISIBLE_DEVICES"] == "3" and env["PATH"] == "/bin" and env["PYTHONPATH"]
 
@@ -91,8 +165,8 @@ def test_run_suite_with_fake_runner(tmp_path):
 
     def runner(cmd, *, env, timeout_s, cwd=None):
         seen.update(cmd=cmd, env=env, timeout_s=timeout_s)
-        junit = next(a.split("=", 1)[1] for a in cmd if a.startswith("--junitxml="))
-        Path(junit).write_text(xml("mixed.xml"))
+        report = next(a.split("=", 1)[1] for a in cmd if a.startswith("--kdactl-results="))
+        Path(report).write_text(MIXED_RESULTS)
         return ProcResult(1, "", 1.5)
 
     results = run_suite(2, quick=True, timeout_s=30, checks_dir=tmp_path, env={}, runner=runner)

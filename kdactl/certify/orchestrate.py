@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
-from kdactl.certify.stages import Plan, StageSpec, error, result_from_json, visible_devices_env
+from kdactl.certify.stages import Plan, StageSpec, error, visible_devices_env
 from kdactl.errors import UsageError
 from kdactl.results import CheckResult
 
@@ -260,7 +260,7 @@ def read_result(stage: str, result: Path, rc: int, log: Path, took: float) -> li
         return [error(stage, f"worker {_how(rc)}; no result; log {log}{_tail(log)}", duration_s=took)]
     try:
         data = json.loads(result.read_text())
-        return [result_from_json(r) for r in data["results"]]
+        return [CheckResult.from_json(r) for r in data["results"]]
     except (OSError, ValueError, KeyError, TypeError) as err:
         return [error(stage, f"worker result unreadable ({type(err).__name__}: {err}); log {log}{_tail(log)}", duration_s=took)]
 

@@ -74,21 +74,6 @@ class StageContext:
     quick: bool
 
 
-# ---------------------------------------------------------------------------------------------
-# CheckResult <-> JSON (the worker's result file)
-
-_FIELDS = ("check", "status", "message", "duration_s", "gpu", "required")
-
-
-def result_from_json(data: Mapping[str, Any]) -> CheckResult:
-    perf = {k: v for k, v in data.items() if k not in _FIELDS}
-    return CheckResult(
-        check=str(data["check"]), status=str(data["status"]), message=str(data.get("message") or ""),
-        duration_s=float(data.get("duration_s") or 0.0), gpu=data.get("gpu"),
-        required=bool(data.get("required", True)), perf=perf,
-    )  # fmt: skip
-
-
 def error(check: str, message: str, gpu: int | None = None, duration_s: float = 0.0) -> CheckResult:
     return CheckResult(check, "error", message, duration_s, gpu)
 
