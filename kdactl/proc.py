@@ -1,7 +1,9 @@
-"""Child processes with a time limit, behind one small interface (tests pass a fake runner).
+"""Child processes with a time limit, behind one small interface (tests pass a fake runner): the
+one process spawner of kdactl's runs (suite, sanitizers, certify's workers).
 
-Each child starts in a session of its own, so a timeout kills its whole process group: a hung
-kernel or a pytest that spawned helpers cannot outlive the limit.
+Each child starts in a session of its own, so a timeout ends its whole process group, SIGTERM first
+(a worker can still stop its own children), SIGKILL after a grace: a hung kernel or a pytest that
+spawned helpers cannot outlive the limit.
 """
 
 from __future__ import annotations
@@ -35,33 +37,67 @@ class ProcessRunner(Protocol):
     ) -> ProcResult: ...
 
 
-def run_process(cmd: Sequence[str], *, env: Mapping[str, str], timeout_s: float, cwd: Path | None = None) -> ProcResult:
-    """The real runner: output captured, process group killed (SIGKILL) on timeout."""
+KILL_GRACE_S = 3.0  # between SIGTERM and SIGKILL of a timed-out group
+
+
+def run_process(cmd: Sequence[str], *, env: Mapping[str, str], timeout_s: float, cwd: Path | None = None,
+                log: Path | None = None) -> ProcResult:  # fmt: skip
+    """The real runner: output captured (or written to ``log``, and its end returned), process
+    group ended on timeout (kill_group)."""
     start = time.monotonic()
+    sink = open(log, "wb") if log is not None else None
     try:
-        proc = subprocess.Popen(
-            list(cmd), env=dict(env), cwd=None if cwd is None else str(cwd), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-    except OSError as err:
-        return ProcResult(None, "", 0.0, start_error=f"cannot run {cmd[0]}: {err.strerror or err}")
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-        return ProcResult(proc.returncode, _text(out), time.monotonic() - start)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
         try:
-            out, _ = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:  # a grandchild outside the group still holds the pipe
-            out = b""
-        return ProcResult(None, _text(out), time.monotonic() - start, timed_out=True)
+            proc = subprocess.Popen(
+                list(cmd), env=dict(env), cwd=None if cwd is None else str(cwd), stdin=subprocess.DEVNULL,
+                stdout=sink or subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        except OSError as err:
+            return ProcResult(None, "", 0.0, start_error=f"cannot run {cmd[0]}: {err.strerror or err}")
+        try:
+            out, _ = proc.communicate(timeout=timeout_s)
+            return ProcResult(proc.returncode, _output(out, log), time.monotonic() - start)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            try:
+                out, _ = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:  # a grandchild outside the group still holds the pipe
+                out = b""
+            return ProcResult(None, _output(out, log), time.monotonic() - start, timed_out=True)
+    finally:
+        if sink is not None:
+            sink.close()
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
+    """SIGTERM the child's process group, then SIGKILL whatever of the group is left."""
+    _killpg(proc, signal.SIGTERM)
     try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the child leads its own group (start_new_session)
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    _killpg(proc, signal.SIGKILL)  # the group's other members too (a pytest or sanitizer run)
+
+
+def _killpg(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)  # the child leads its own group (start_new_session)
     except (ProcessLookupError, PermissionError):
-        proc.kill()
+        if sig == signal.SIGKILL and proc.poll() is None:
+            proc.kill()
+
+
+def _output(out: bytes | None, log: Path | None) -> str:
+    """The captured output, or the end of the log file (64 KiB) the child wrote into."""
+    if log is None:
+        return _text(out)
+    try:
+        with open(log, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 65536))
+            return _text(f.read())
+    except OSError:
+        return ""
 
 
 def _text(data: bytes | None) -> str:

@@ -199,3 +199,14 @@ def test_real_checks_on_this_machine_never_pass():
     results = run_suite(0, quick=True, timeout_s=120)
     assert any(r.check == "suite" and r.status == "error" and "no CUDA GPU" in r.message for r in results)
     assert not any(r.status == "pass" for r in results)
+
+
+def test_run_process_terms_then_kills_and_can_log_to_a_file(tmp_path):
+    code = ("import signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, lambda *a: print('got TERM', flush=True))\n"
+            "print('started', flush=True)\n"
+            "while True: time.sleep(0.1)\n")  # ignores TERM: only the KILL after the grace ends it
+    log = tmp_path / "child.log"
+    proc = run_process([sys.executable, "-c", code], env={}, timeout_s=1.0, log=log)
+    assert proc.timed_out and proc.returncode is None
+    assert "started" in log.read_text() and "got TERM" in log.read_text() and "got TERM" in proc.output
