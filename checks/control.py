@@ -1,6 +1,6 @@
 """A compute-sanitizer positive control: run one planted fault from libkdactl_faults.so.
 
-Run by kdactl.sanitize as ``compute-sanitizer --tool T ... python control.py --lib SO --fault F``
+Run by kdactl.sanitizer.run as ``compute-sanitizer --tool T ... python control.py --lib SO --fault F``
 before the payload; the tool is trusted only if it reports the fault. No torch: starts at once.
 Prints ``KDACTL-CONTROL-RAN fault=F launched=0|1 rc=N``.
 """
@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault", required=True, help="oob | barrier | race | uninit")
     args = parser.parse_args(argv)
     try:
-        from kdactl.jit.faultlib import run_fault
+        from kdactl.sanitizer.faultlib import run_fault
 
         rc, launched = run_fault(args.lib, args.fault)
     except Exception as err:  # noqa: BLE001 - reported, and the control then counts as not caught

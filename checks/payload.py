@@ -1,7 +1,7 @@
 """The compute-sanitizer payload: a smoke of every eligible route (fixed and varlen, with and
 without state) and of the device self-test, each checked against its reference.
 
-Run by kdactl.sanitize as ``compute-sanitizer --tool T ... python payload.py [--faults-lib SO]``.
+Run by kdactl.sanitizer.run as ``compute-sanitizer --tool T ... python payload.py [--faults-lib SO]``.
 Prints ``KDACTL-PAYLOAD-OK routes=<routes> kernels=<launches>`` only at the very end, when every
 launch ran and matched; ``KDACTL-PAYLOAD-FAIL <why>`` (exit 1) when a result was wrong; and
 ``KDACTL-PAYLOAD-ERROR <why>`` (exit 3) when it could not finish. Problems are tiny and the fp64
@@ -38,7 +38,7 @@ def run(faults_lib: str | None) -> int:
     ran = _route_smokes(info, device, wrong)
     launches = 1 + len(ran)
     if faults.wants_sanitizer_fault():
-        from kdactl.jit.faultlib import run_fault
+        from kdactl.sanitizer.faultlib import run_fault
 
         if not faults_lib:
             print(f"{ERROR} KDACTL_FAULT=sanitizer needs --faults-lib", flush=True)

@@ -143,7 +143,7 @@ def sanitize(
     as_json: bool = JsonOpt,
 ) -> None:
     """Run the KDA kernels under compute-sanitizer, each tool first proven on a planted fault."""
-    from kdactl.sanitize import sanitize_command
+    from kdactl.sanitizer.run import sanitize_command
 
     _run(as_json, lambda s: sanitize_command(s, tools=tool, gpu=gpu, timeout_s=timeout))
 

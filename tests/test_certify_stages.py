@@ -24,13 +24,13 @@ def test_suite_stage_passes_the_node_index_and_quick(tmp_path, monkeypatch):
 
 
 def test_suite_and_sanitizers_see_the_workers_gpu_uuid(tmp_path, monkeypatch):
-    import kdactl.sanitize
+    import kdactl.sanitizer.run
     import kdactl.suite
 
     seen = {}
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-fa9f48df")  # as the orchestrator sets it
     monkeypatch.setattr(kdactl.suite, "run_suite", lambda gpu, **kw: seen.update(suite=kw["visible"]) or [CheckResult("x", "pass")])
-    monkeypatch.setattr(kdactl.sanitize, "run_sanitizers", lambda s, **kw: seen.update(sanitize=kw["visible"]) or [CheckResult("y", "pass")])
+    monkeypatch.setattr(kdactl.sanitizer.run, "run_sanitizers", lambda s, **kw: seen.update(sanitize=kw["visible"]) or [CheckResult("y", "pass")])
     stages.suite_stage(ctx(tmp_path))
     stages.sanitize_stage(ctx(tmp_path))
     assert seen == {"suite": "GPU-fa9f48df", "sanitize": "GPU-fa9f48df"}
@@ -38,10 +38,10 @@ def test_suite_and_sanitizers_see_the_workers_gpu_uuid(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("quick,tools", [(True, ("memcheck",)), (False, ("memcheck", "synccheck", "racecheck", "initcheck"))])
 def test_sanitize_stage_tools(tmp_path, monkeypatch, quick, tools):
-    import kdactl.sanitize
+    import kdactl.sanitizer.run
 
     seen = {}
-    monkeypatch.setattr(kdactl.sanitize, "run_sanitizers", lambda s, **kw: seen.update(kw) or [CheckResult("sanitize.memcheck", "pass")])
+    monkeypatch.setattr(kdactl.sanitizer.run, "run_sanitizers", lambda s, **kw: seen.update(kw) or [CheckResult("sanitize.memcheck", "pass")])
     stages.sanitize_stage(ctx(tmp_path, quick=quick))
     assert tuple(seen["tools"]) == tools and seen["gpu"] == 3
 

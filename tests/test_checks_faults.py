@@ -13,7 +13,7 @@ import pytest
 from kdactl.assets import checks_dir, csrc_dir
 from kdactl.faults import Fault, hang_or_crash, parse_fault, perturb_output, wants_sanitizer_fault
 from kdactl.jit.devcode import embedded_sms, parse_list_elf
-from kdactl.jit.faultlib import CONTROL_FOR_TOOL, FAULTS, build_faults
+from kdactl.sanitizer.faultlib import CONTROL_FOR_TOOL, FAULTS, build_faults
 from kdactl.jit.spec import faults_library_spec, kernel_library_spec
 from kdactl.sanitizer import TOOLS
 from kdactl.settings import Settings

@@ -1,4 +1,4 @@
-"""kdactl.sanitize orchestration with a fake process runner over recorded compute-sanitizer output
+"""kdactl.sanitizer.run orchestration with a fake process runner over recorded compute-sanitizer output
 (CPU only): positive control first, payload second, verdict per tool, Report and CLI exit codes."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import kdactl.sanitize as sanitize_mod
+import kdactl.sanitizer.run as sanitize_mod
 from kdactl.cli import app
 from kdactl.errors import NoGpu, ToolMissing
 from kdactl.proc import ProcResult
-from kdactl.sanitize import (
+from kdactl.sanitizer.run import (
     ERROR_EXITCODE, Prepared, SanitizeReport, ToolRun, parse_tools, run_sanitizers, sanitize_command,
     sanitize_tools, sanitizer_command, sanitizer_env,
 )  # fmt: skip

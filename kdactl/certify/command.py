@@ -184,7 +184,7 @@ def _result_doc(r: CheckResult) -> dict[str, Any]:
 def sanitizer_version(settings: Settings) -> Optional[str]:
     """compute-sanitizer's version line (found as kdactl sanitize finds it), or None."""
     from kdactl.errors import KdactlError
-    from kdactl.sanitize import find_sanitizer
+    from kdactl.sanitizer.run import find_sanitizer
 
     try:
         proc = subprocess.run([find_sanitizer(settings), "--version"], capture_output=True, text=True, timeout=30)

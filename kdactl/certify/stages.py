@@ -110,9 +110,9 @@ def suite_stage(ctx: StageContext) -> list[CheckResult]:
 
 
 def sanitize_stage(ctx: StageContext) -> list[CheckResult]:
-    """compute-sanitizer runs on this GPU (kdactl.sanitize.run_sanitizers: positive control, then
+    """compute-sanitizer runs on this GPU (kdactl.sanitizer.run.run_sanitizers: positive control, then
     the payload of every route, per tool); memcheck only in --quick."""
-    from kdactl.sanitize import TOOLS, run_sanitizers
+    from kdactl.sanitizer.run import TOOLS, run_sanitizers
 
     tools = ("memcheck",) if ctx.quick else TOOLS
     return list(run_sanitizers(ctx.settings, tools=tools, gpu=ctx.gpu, timeout_s=SANITIZE_TIMEOUT_S[ctx.quick],

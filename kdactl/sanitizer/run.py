@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from kdactl.errors import KdactlError, ToolMissing
-from kdactl.jit.faultlib import CONTROL_FOR_TOOL
 from kdactl.proc import ProcessRunner, ProcResult, run_process
 from kdactl.results import CheckResult
-from kdactl.sanitizer import TOOLS, parse_output
+from kdactl.sanitizer.faultlib import CONTROL_FOR_TOOL
+from kdactl.sanitizer.parse import TOOLS, parse_output
 from kdactl.settings import Settings
 from kdactl.suite import suite_env
 
@@ -80,7 +80,7 @@ def find_sanitizer(settings: Settings) -> str:
 
 def prepare_libraries(settings: Settings) -> Prepared:
     """Build or load the kernel library and the positive-control library for this node's target."""
-    from kdactl.jit.faultlib import build_faults
+    from kdactl.sanitizer.faultlib import build_faults
     from kdactl.jit.library import load_kernels
 
     kernels = load_kernels(settings)
