@@ -108,7 +108,7 @@ def _gpu_facts(g: DriverGpu, driver: DriverInfo, torch: TorchInfo, toolkit: Tool
     return GpuFacts(
         index=g.index, uuid=g.uuid, name=g.name, sku=classify_sku(g.name, g.cc, sm or 0), cc=g.cc,
         sm_count=sm, memory_mib=g.memory_mib, l2_bytes=dev.l2_bytes if dev else None,
-        mig=g.mig, ecc=g.ecc, target=target, target_reason=reason,
+        mig=g.mig, ecc=g.ecc, target=target, target_reason=reason, health=g.health,
     )
 
 

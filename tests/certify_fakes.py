@@ -15,6 +15,7 @@ from kdactl.certify.command import Deps
 from kdactl.certify.orchestrate import GpuJob, NullProgress
 from kdactl.certify.stages import Plan, StageSpec, default_plan
 from kdactl.hw.facts import GpuFacts, NodeFacts
+from kdactl.hw.health import HealthFacts
 from kdactl.hw.toolkit import Toolkit
 from kdactl.results import CheckResult
 from kdactl.settings import Settings
@@ -28,9 +29,16 @@ def uuid(i: int) -> str:
     return f"GPU-{i:08x}-1111-2222-3333-444444444444"
 
 
-def gpu(i: int, name: str = "NVIDIA H200", sku: str = "H200", target: str | None = "sm_90a") -> GpuFacts:
+HEALTHY = HealthFacts(
+    ecc_uncorrected={"volatile": 0, "aggregate": 0}, remap={"corrected": 0, "uncorrected": 0, "pending": 0, "failed": 0},
+    retired_pages={"single_bit": 0, "double_bit": 0, "pending": 0}, pcie={"gen": 5, "max_gen": 5, "width": 16, "max_width": 16},
+    clocks_mhz={"sm": 1980, "sm_max": 1980, "mem": 3201, "mem_max": 3201}, xids=(),
+)  # fmt: skip
+
+
+def gpu(i: int, name: str = "NVIDIA H200", sku: str = "H200", target: str | None = "sm_90a", health=HEALTHY) -> GpuFacts:
     reason = "cc 9.0 with CUDA toolkit 13.0 (nvcc)" if target else "compute capability 7.5 is not supported"
-    return GpuFacts(i, uuid(i), name, sku, (9, 0), 132, 143771, 62914560, "disabled", "enabled", target, reason)
+    return GpuFacts(i, uuid(i), name, sku, (9, 0), 132, 143771, 62914560, "disabled", "enabled", target, reason, health)
 
 
 def node(n: int = 8, **kw) -> NodeFacts:

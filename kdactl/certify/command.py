@@ -23,7 +23,7 @@ from kdactl import __version__
 from kdactl.certify import certificate as cert_mod
 from kdactl.certify import fingerprint as fp
 from kdactl.certify.orchestrate import (GpuJob, Progress, StageRunner, StderrProgress, SubprocessRunner, node_checks,
-                                        parse_gpus, run_gpus, select_gpus, target_checks)  # fmt: skip
+                                        health_checks, parse_gpus, run_gpus, select_gpus, target_checks)  # fmt: skip
 from kdactl.certify.outputs import render_summary, write_junit, write_prom
 from kdactl.certify.stages import Plan, default_plan
 from kdactl.errors import UsageError
@@ -102,7 +102,7 @@ def certify_command(settings: Settings, o: CertifyOptions, deps: Deps | None = N
     picked, key = check_options(o, settings)
     facts = (d.gather or _gather)(settings)
     gpus = select_gpus(facts.gpus, picked)
-    results = node_checks(facts, o.expect_gpus, o.expect_sku) + target_checks(gpus)
+    results = node_checks(facts, o.expect_gpus, o.expect_sku) + target_checks(gpus) + health_checks(gpus)
     plan = d.plan or default_plan(o.quick)
     jobs = [GpuJob(g.index, g.uuid, g.target, g.sku, o.quick, settings.env) for g in gpus if g.target]
     out_path = Path(o.out) if o.out else settings.data_dir / ("cert-quick.json" if o.quick else "cert.json")
@@ -172,6 +172,7 @@ def fault_guard(env: Any, results: list[CheckResult], fail_on_warn: bool) -> lis
 def _gpu_doc(g: Any, artifacts: dict, why_none: dict) -> dict[str, Any]:
     return {"index": g.index, "uuid": g.uuid, "name": g.name, "sku": g.sku, "cc": version_str(g.cc),
             "sm_count": g.sm_count, "target": g.target, "artifact_sha256": artifacts.get(g.target),
+            **({"health": g.health.to_json()} if getattr(g, "health", None) is not None else {}),
             **({"artifact_note": why_none[g.target]} if g.target in why_none else {})}  # fmt: skip
 
 

@@ -118,6 +118,13 @@ def _sku_check(facts: Any, expect: str) -> CheckResult:
     return CheckResult("inventory.sku", "pass", f"all {len(facts.gpus)} GPUs are {expect}")
 
 
+def health_checks(gpus: tuple[Any, ...]) -> list[CheckResult]:
+    """Per GPU: the health facts read at detection, judged (kdactl.hw.health)."""
+    from kdactl.hw.health import judge_health
+
+    return [r for g in gpus for r in judge_health(g.health, g.index)]
+
+
 def target_checks(gpus: tuple[Any, ...]) -> list[CheckResult]:
     """Per GPU: the kernel target chosen, or why there is none (inconclusive, SPEC)."""
     out = []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 Version = tuple[int, int]
 
@@ -19,6 +19,7 @@ class DriverGpu:
     cc: Version  # compute capability
     mig: str | None  # "enabled" / "disabled"; None where the GPU has no MIG
     ecc: str | None  # "enabled" / "disabled"; None where the GPU has no ECC
+    health: Any = None  # kdactl.hw.health.HealthFacts (NVML only; None from nvidia-smi)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ class GpuFacts:
     ecc: str | None
     target: str | None  # the kernel target for this GPU; None when there is none
     target_reason: str  # how the target was chosen, or why there is none
+    health: Any = None  # kdactl.hw.health.HealthFacts; None where NVML was not read
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -39,6 +40,7 @@ class GpuFacts:
             "ecc": self.ecc,
             "target": self.target,
             "target_reason": self.target_reason,
+            "health": self.health.to_json() if self.health is not None else None,
         }
 
 

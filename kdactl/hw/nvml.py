@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from kdactl.errors import Inconclusive, NoGpu
 from kdactl.hw.driver import DriverGpu, DriverInfo, on_off
+from kdactl.hw.health import read_health, read_kernel_log
 
 
 class NvmlUnavailable(NoGpu):
@@ -33,8 +34,9 @@ def _load_pynvml() -> Any:
 class PynvmlDriver:
     """DriverProvider over NVML. ``lib`` is the pynvml module (or a fake with its names)."""
 
-    def __init__(self, lib: Any = None) -> None:
+    def __init__(self, lib: Any = None, kernel_log: Callable[[], str] | None = None) -> None:
         self._lib = lib
+        self._kernel_log = kernel_log
 
     def read(self) -> DriverInfo:
         lib = self._lib if self._lib is not None else _load_pynvml()
@@ -43,7 +45,8 @@ class PynvmlDriver:
         try:
             driver = _text(call("nvmlSystemGetDriverVersion"))
             count = call("nvmlDeviceGetCount")
-            gpus = tuple(_read_gpu(call, i) for i in range(count))
+            log = _once(self._kernel_log or read_kernel_log)
+            gpus = tuple(_read_gpu(call, i, log) for i in range(count))
             cuda = _cuda_driver(call)
         finally:
             call.shutdown()
@@ -91,7 +94,19 @@ class _Caller:
             raise Inconclusive(f"NVML {fn}{where} failed: {err}") from None
 
 
-def _read_gpu(call: Callable[..., Any], index: int) -> DriverGpu:
+def _once(read: Callable[[], str]) -> Callable[[], str]:
+    """The kernel log read at most once per reading of the node (every GPU's XIDs come from it)."""
+    memo: list[str] = []
+
+    def get() -> str:
+        if not memo:
+            memo.append(read())
+        return memo[0]
+
+    return get
+
+
+def _read_gpu(call: Callable[..., Any], index: int, kernel_log: Callable[[], str]) -> DriverGpu:
     h = call("nvmlDeviceGetHandleByIndex", index, gpu=index)
     major, minor = call("nvmlDeviceGetCudaComputeCapability", h, gpu=index)
     mig = call("nvmlDeviceGetMigMode", h, gpu=index, optional=True)
@@ -104,6 +119,7 @@ def _read_gpu(call: Callable[..., Any], index: int) -> DriverGpu:
         cc=(int(major), int(minor)),
         mig=on_off(mig[0]) if mig else None,  # [current, pending]
         ecc=on_off(ecc[0]) if ecc else None,  # [current, pending]
+        health=read_health(call, h, index, kernel_log),
     )
 
 
