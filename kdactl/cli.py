@@ -3,17 +3,53 @@ leaves rendering and the exit code to ``_run``."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import typer
+from typer.core import TyperGroup
 
 from kdactl.errors import EXIT_INCONCLUSIVE, KdactlError
 from kdactl.report import Report, emit, emit_error
 from kdactl.settings import Settings
 
+try:  # typer >= 0.22 carries its own copy of click
+    from typer import _click as click
+except ImportError:  # older typer runs on click itself
+    import click  # type: ignore[no-redef]
+
+
+def _command_name(ctx: Any) -> str | None:
+    """'fleet ingest' for the context of ``kdactl fleet ingest`` (the program name left out)."""
+    names = []
+    while ctx is not None and ctx.parent is not None:
+        names.append(ctx.info_name)
+        ctx = ctx.parent
+    return " ".join(reversed(names)) or None
+
+
+class _JsonErrorsGroup(TyperGroup):
+    """Click's own usage errors (an unknown option, a value of the wrong type: exit 2) end under
+    --json as kdactl's own errors do: one line on stderr and one JSON document on stdout."""
+
+    def main(self, args: Sequence[str] | None = None, *rest: Any, standalone_mode: bool = True, **extra: Any) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        if "--json" not in argv:
+            return super().main(argv, *rest, standalone_mode=standalone_mode, **extra)
+        try:
+            code = super().main(argv, *rest, standalone_mode=False, **extra)
+        except click.exceptions.ClickException as err:
+            code = err.exit_code
+            emit_error(err.format_message(), code, True, _command_name(getattr(err, "ctx", None)))
+        if not standalone_mode:
+            return code
+        sys.exit(code)
+
+
 app = typer.Typer(
     name="kdactl",
+    cls=_JsonErrorsGroup,
     help="Certify GPU nodes for KDA prefill: detect, build, validate, sanitize, benchmark.",
     no_args_is_help=True,
     add_completion=False,
@@ -24,17 +60,23 @@ JsonOpt = typer.Option(False, "--json", help="Print exactly one JSON document on
 
 
 def _run(as_json: bool, action: Callable[[Settings], Report]) -> None:
-    """Run a command body; map its result or error to output and the SPEC exit code."""
+    """Run a command body and render its result; map the result, or any error on the way
+    (rendering included), to the SPEC exit code."""
+    command = _command_name(click.globals.get_current_context(silent=True))
     try:
         report = action(Settings.from_env())
+        emit(report, as_json)
+        code = report.exit_code
     except KdactlError as err:
-        emit_error(str(err), err.exit_code, as_json)
-        raise typer.Exit(err.exit_code) from None
+        code = err.exit_code
+        emit_error(str(err), code, as_json, command)
+    except KeyboardInterrupt:  # Ctrl-C: nothing was judged (certify keeps the old certificate)
+        code = EXIT_INCONCLUSIVE
+        emit_error("interrupted", code, as_json, command)
     except Exception as err:  # noqa: BLE001 - SPEC: any exception ends as 3 with one line
-        emit_error(f"internal error: {type(err).__name__}: {err}", EXIT_INCONCLUSIVE, as_json)
-        raise typer.Exit(EXIT_INCONCLUSIVE) from None
-    emit(report, as_json)
-    raise typer.Exit(report.exit_code)
+        code = EXIT_INCONCLUSIVE
+        emit_error(f"internal error: {type(err).__name__}: {err}", code, as_json, command)
+    raise typer.Exit(code)
 
 
 @app.command()

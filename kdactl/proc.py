@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,20 +41,60 @@ class ProcessRunner(Protocol):
 KILL_GRACE_S = 3.0  # between SIGTERM and SIGKILL of a timed-out group
 
 
+INTERRUPTED = "not started: the run was interrupted"
+
+
+class Children:
+    """The live children of one run (certify's workers on every GPU), so that an interrupt ends
+    them all: children lead sessions of their own, so the terminal's Ctrl-C never reaches them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: set[subprocess.Popen] = set()
+        self.cancelled = False
+
+    def start(self, spawn) -> subprocess.Popen | None:
+        """``spawn()`` under the lock, tracked; None once cancelled (nothing new starts)."""
+        with self._lock:
+            if self.cancelled:
+                return None
+            proc = spawn()
+            self._live.add(proc)
+            return proc
+
+    def done(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            self._live.discard(proc)
+
+    def cancel(self) -> None:
+        """End every live child and start no more; the grace period is waited once for all."""
+        with self._lock:
+            self.cancelled = True
+            live = list(self._live)
+        for proc in live:
+            _killpg(proc, signal.SIGTERM)
+        for proc in live:
+            kill_group(proc)
+
+
 def run_process(cmd: Sequence[str], *, env: Mapping[str, str], timeout_s: float, cwd: Path | None = None,
-                log: Path | None = None) -> ProcResult:  # fmt: skip
+                log: Path | None = None, children: Children | None = None) -> ProcResult:  # fmt: skip
     """The real runner: output captured (or written to ``log``, and its end returned), process
-    group ended on timeout (kill_group)."""
+    group ended on timeout (kill_group); tracked in ``children`` when given (start_error
+    INTERRUPTED once that was cancelled)."""
     start = time.monotonic()
     sink = open(log, "wb") if log is not None else None
+    track = children or Children()
     try:
         try:
-            proc = subprocess.Popen(
+            proc = track.start(lambda: subprocess.Popen(
                 list(cmd), env=dict(env), cwd=None if cwd is None else str(cwd), stdin=subprocess.DEVNULL,
                 stdout=sink or subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
+            ))  # fmt: skip
         except OSError as err:
             return ProcResult(None, "", 0.0, start_error=f"cannot run {cmd[0]}: {err.strerror or err}")
+        if proc is None:
+            return ProcResult(None, "", 0.0, start_error=INTERRUPTED)
         try:
             out, _ = proc.communicate(timeout=timeout_s)
             return ProcResult(proc.returncode, _output(out, log), time.monotonic() - start)
@@ -64,6 +105,8 @@ def run_process(cmd: Sequence[str], *, env: Mapping[str, str], timeout_s: float,
             except subprocess.TimeoutExpired:  # a grandchild outside the group still holds the pipe
                 out = b""
             return ProcResult(None, _output(out, log), time.monotonic() - start, timed_out=True)
+        finally:
+            track.done(proc)
     finally:
         if sink is not None:
             sink.close()

@@ -26,14 +26,20 @@ def stderr_console() -> Console:
 
 
 def emit(report: Report, as_json: bool) -> None:
-    if as_json:
-        sys.stdout.write(json.dumps(report.to_json(), indent=2, sort_keys=False, default=str) + "\n")
+    if as_json:  # the whole document first: an error while building it must not leave half of one on stdout
+        text = json.dumps(report.to_json(), indent=2, sort_keys=False, default=str)
+        sys.stdout.write(text + "\n")
     else:
         report.render(stdout_console())
 
 
-def emit_error(message: str, exit_code: int, as_json: bool) -> None:
+def one_line(message: str) -> str:
+    return " | ".join(ln.strip() for ln in str(message).splitlines() if ln.strip()) or "no message"
+
+
+def emit_error(message: str, exit_code: int, as_json: bool, command: str | None = None) -> None:
     """One line on stderr; under --json the one stdout document says the same."""
-    stderr_console().print(f"kdactl: {message}", markup=False)
+    line = one_line(message)
+    stderr_console().print(f"kdactl: {line}", markup=False)
     if as_json:
-        sys.stdout.write(json.dumps({"error": message, "exit_code": exit_code}) + "\n")
+        sys.stdout.write(json.dumps({"command": command, "exit_code": exit_code, "error": line}) + "\n")

@@ -66,7 +66,7 @@ class ResultsPlugin:
             self._record(report.nodeid or "collection", "error", f"collection failure: {_reason(report)}", 0.0)
 
     def pytest_sessionfinish(self, session) -> None:
-        from kdactl.certify.certificate import write_text_atomic
+        from kdactl.atomic import write_text_atomic
 
         doc = {"results": [r.to_json() for r in self.results.values()]}
         write_text_atomic(self.path, json.dumps(doc))

@@ -2,6 +2,7 @@
 written, faults never certified, and the CLI (CliRunner) including the real CPU run (no GPU)."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -105,7 +106,7 @@ def test_out_junit_prom_and_signature(tmp_path):
     assert cm.check_certificate(doc, b"s3cret", cf.NOW).ok
     assert doc["expires_at"] == "2026-05-03T00:00:00Z"
     assert junit.read_text().startswith("<?xml") and "kdactl_certified" in prom.read_text()
-    assert rep.paths == {"certificate": str(out), "junit": str(junit), "prom": str(prom)}
+    assert rep.paths == {"certificate": str(out), "junit": str(junit), "prom": str(prom), "logs": None}
 
 
 @pytest.mark.parametrize("opts,match", [
@@ -173,3 +174,102 @@ def test_cli_real_certify_without_gpu(tmp_path):
     cert = json.loads((tmp_path / "data" / "cert.json").read_text())
     assert cert["verdict"] == "inconclusive" and cm.check_certificate(cert, None, cm.now_utc()).ok
     assert json.loads(res.stdout)["certificate"] == cert
+
+
+# --- outputs: checked before the run, published all or none; bounded worker logs; Ctrl-C -------
+
+
+def test_unwritable_output_is_a_usage_error_before_the_node_is_touched(tmp_path):
+    out = tmp_path / "data" / "cert.json"
+    run(tmp_path)
+    old = out.read_text()
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    runner = cf.FakeRunner()
+    try:
+        for opts, match in (({"prom": locked / "kdactl.prom"}, "--prom"), ({"junit": tmp_path}, "--junit"),
+                            ({"junit": out}, "--out and --junit both name")):  # fmt: skip
+            if opts.get("prom") and os.access(locked, os.W_OK):
+                continue  # root writes anywhere: this case cannot be made here
+            with pytest.raises(UsageError, match=match):
+                run(tmp_path, runner=runner, **opts)
+    finally:
+        locked.chmod(0o700)
+    assert runner.calls == [] and out.read_text() == old
+
+
+def test_outputs_are_published_all_or_none(tmp_path, monkeypatch):
+    """The certificate is not replaced when a later output cannot be written (disk full, say)."""
+    import kdactl.atomic as atomic
+
+    out, junit, prom = tmp_path / "data" / "cert.json", tmp_path / "j.xml", tmp_path / "p.prom"
+    run(tmp_path, junit=junit, prom=prom)
+    before = {p: p.read_text() for p in (out, junit, prom)}
+    real_stage = atomic._stage
+
+    def stage(path, text, mode):
+        if path.suffix == ".prom":
+            raise OSError(28, "No space left on device", str(path))
+        return real_stage(path, text, mode)
+
+    monkeypatch.setattr(atomic, "_stage", stage)
+    with pytest.raises(UsageError, match="No space left.*no output was changed"):
+        run(tmp_path, junit=junit, prom=prom, facts=cf.node(7), expect_gpus=8)
+    assert {p: p.read_text() for p in before} == before
+    assert not [p for p in tmp_path.rglob(".*.tmp")]  # no staged file left behind
+
+
+def test_worker_logs_are_bounded_and_named_in_the_output(tmp_path, monkeypatch):
+    from kdactl.certify import command
+
+    class LoggingRunner(cf.FakeRunner):  # stands in for SubprocessRunner, which writes into log_dir
+        def __init__(self, log_dir, **kw):
+            super().__init__()
+            (log_dir / "gpu0-suite.log").write_text("ok\n")
+
+    monkeypatch.setattr(command, "SubprocessRunner", LoggingRunner)
+    s = cf.settings(tmp_path)
+    paths = []
+    for _ in range(command.KEEP_LOG_DIRS + 3):
+        paths.append(certify_command(s, CertifyOptions(), _no_runner(cf.deps(cf.node(1)))).paths["logs"])
+    kept = sorted(p.name for p in (tmp_path / "data").glob(f"{command.LOG_PREFIX}*"))
+    assert len(kept) == command.KEEP_LOG_DIRS and Path(paths[-1]).name in kept and Path(paths[0]).name not in kept
+    from rich.console import Console
+
+    console = Console(record=True, width=300)
+    certify_command(s, CertifyOptions(), _no_runner(cf.deps(cf.node(1)))).render(console)
+    assert command.LOG_PREFIX in console.export_text()
+
+
+def _no_runner(deps):
+    deps.runner = None
+    return deps
+
+
+def test_ctrl_c_ends_as_3_interrupted_and_keeps_the_old_certificate(tmp_path, monkeypatch):
+    from kdactl.certify import command
+
+    env = _cli_env(tmp_path)
+    out = tmp_path / "data" / "cert.json"
+    run(tmp_path)
+    old = out.read_text()
+    cancelled = []
+
+    class CtrlC(cf.FakeRunner):
+        def run(self, spec, job):
+            if spec.name == "suite":
+                raise KeyboardInterrupt
+            return super().run(spec, job)
+
+        def cancel(self):
+            cancelled.append(True)
+
+    real = command.certify_command
+    monkeypatch.setattr(command, "certify_command", lambda s, o: real(s, o, cf.deps(cf.node(2), CtrlC())))
+    for args in (["certify"], ["certify", "--json"]):
+        res = CliRunner().invoke(app, args, env=env)
+        assert res.exit_code == 3 and res.stderr.strip() == "kdactl: interrupted", res.output
+        assert out.read_text() == old
+    assert json.loads(res.stdout) == {"command": "certify", "exit_code": 3, "error": "interrupted"}
+    assert cancelled, "the running workers were not stopped"

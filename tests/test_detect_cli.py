@@ -75,7 +75,8 @@ def test_bad_override_is_usage_error(node, monkeypatch):
     monkeypatch.setenv("KDACTL_CUDA_ARCH", "sm_91")
     result = runner.invoke(app, ["detect", "--json"])
     assert result.exit_code == 2
-    assert json.loads(result.stdout) == {"error": result.stderr.strip().removeprefix("kdactl: "), "exit_code": 2}
+    assert json.loads(result.stdout) == {"command": "detect", "error": result.stderr.strip().removeprefix("kdactl: "),
+                                          "exit_code": 2}
 
 
 def test_override_from_environment(node, monkeypatch):
@@ -114,3 +115,17 @@ def test_real_detect_json_on_this_machine():
     assert "Traceback" not in proc.stderr
     if not doc["gpus"]:
         assert proc.returncode == 3 and doc["error"]
+
+
+@pytest.mark.parametrize("args, command", [
+    (["detect", "--json", "--no-such-option"], "detect"),
+    (["fleet", "report", "--json", "--tolerance", "lots"], "fleet report"),
+    (["bench", "--json", "--iters", "many"], "bench"),
+])  # fmt: skip
+def test_json_usage_error_from_the_parser_is_one_json_document(args, command):
+    """Click's own usage errors (unknown option, a value of the wrong type) end as kdactl's do."""
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    doc = json.loads(result.stdout)
+    assert doc["command"] == command and doc["exit_code"] == 2 and doc["error"]
+    assert result.stderr.strip().splitlines() == [f"kdactl: {doc['error']}"]

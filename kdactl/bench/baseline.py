@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 import tomllib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -102,19 +100,10 @@ def dumps(b: Baseline) -> str:
 
 
 def save(path: Path, b: Baseline) -> None:
-    """Atomic: write a temporary file beside the target, then os.replace it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(dumps(b))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Atomic (kdactl.atomic): readers see the old baseline or the new one."""
+    from kdactl.atomic import write_text_atomic
+
+    write_text_atomic(Path(path), dumps(b))
 
 
 def record(old: Baseline | None, runs: Iterable[ShapeRun], sku: str, meta: dict[str, str], tolerance: float | None) -> Baseline:

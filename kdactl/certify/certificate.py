@@ -15,13 +15,14 @@ import hashlib
 import hmac
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
+from kdactl.atomic import write_text_atomic
 from kdactl.errors import UsageError
+from kdactl.results import STATUSES
 
 SCHEMA = "kdactl.cert/v1"
 VERDICTS = ("certified", "not_certified", "inconclusive")
@@ -115,39 +116,24 @@ def lifetime(days: float) -> timedelta:
 # Files
 
 
-def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """Temp file in the same directory, fsync, os.replace: readers see the old file or the new one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems refuse to fsync a directory; the rename is done either way
-    finally:
-        os.close(fd)
+def certificate_text(doc: Mapping[str, Any]) -> str:
+    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 def write_certificate(path: Path, doc: Mapping[str, Any]) -> None:
-    write_text_atomic(path, json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+    write_text_atomic(path, certificate_text(doc))
+
+
+def check_writable(path: Path, option: str) -> None:
+    """UsageError unless ``path`` can be written atomically: not a directory itself, and its
+    nearest existing directory one this user can write (the writer creates the missing ones)."""
+    if path.is_dir():
+        raise UsageError(f"{option} {path} is a directory; name a file")
+    existing = next(d for d in (path.parent, *path.parent.parents) if d.exists())
+    if not existing.is_dir():
+        raise UsageError(f"{option} {path}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {path}: directory {existing} is not writable by this user")
 
 
 def read_certificate(path: Path) -> tuple[dict[str, Any] | None, str]:
@@ -226,6 +212,9 @@ def _check_integrity_shape(integrity: Mapping[str, Any]) -> list[str]:
 
 
 def check_schema(doc: Mapping[str, Any]) -> list[str]:
+    """The shape every reader (verify, gate, the fleet store and report) relies on, each failure
+    naming its field: a digest proves only that nothing changed since sealing, not that kdactl
+    sealed it, so a well-sealed document of the wrong shape must still be refused."""
     if doc.get("schema") != SCHEMA:
         return [f"schema is {doc.get('schema')!r}, expected {SCHEMA!r}"]
     missing = [k for k in REQUIRED_FIELDS if k not in doc]
@@ -234,12 +223,43 @@ def check_schema(doc: Mapping[str, Any]) -> list[str]:
     bad = []
     if doc["verdict"] not in VERDICTS:
         bad.append(f"verdict {doc['verdict']!r} is not one of {', '.join(VERDICTS)}")
-    if not isinstance(doc["integrity"], dict):
-        bad.append("integrity is not an object")
-    for name in ("gpus", "results"):
-        if not isinstance(doc[name], list):
-            bad.append(f"{name} is not a list")
+    for name in ("integrity", "node", "versions", "options"):
+        if name in doc and not isinstance(doc[name], dict):
+            bad.append(f"{name} is {_kind(doc[name])}, expected an object")
+    for name, check_item in (("gpus", _gpu_problem), ("results", _result_problem)):
+        items = doc[name]
+        if not isinstance(items, list):
+            bad.append(f"{name} is {_kind(items)}, expected a list")
+            continue
+        bad += [f"{name}[{i}]{why}" for i, why in enumerate(map(check_item, items)) if why][:1]  # the first says enough
     return bad
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", type(None): "null", bool: "a boolean"}.get(
+        type(value), f"a {type(value).__name__}")  # fmt: skip
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _gpu_problem(g: Any) -> str:
+    if not isinstance(g, dict):
+        return f" is {_kind(g)}, expected an object"
+    return "" if _is_int(g.get("index")) else f".index {g.get('index')!r} is not an integer"
+
+
+def _result_problem(r: Any) -> str:
+    if not isinstance(r, dict):
+        return f" is {_kind(r)}, expected an object"
+    if not isinstance(r.get("check"), str):
+        return f".check {r.get('check')!r} is not a string"
+    if r.get("status") not in STATUSES:
+        return f".status {r.get('status')!r} is not one of {', '.join(STATUSES)}"
+    if r.get("gpu") is not None and not _is_int(r.get("gpu")):
+        return f".gpu {r.get('gpu')!r} is neither an integer nor null"
+    return ""
 
 
 def _check_signature(doc: Mapping[str, Any], sig: Any, key: bytes | None, notes: list[str]) -> list[str]:

@@ -9,9 +9,11 @@ replaces the full certificate the gate relies on.
 from __future__ import annotations
 
 import platform
+import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -20,16 +22,20 @@ from typing import Any, Callable, Optional
 from rich.console import Console
 
 from kdactl import __version__
+from kdactl.atomic import write_texts_atomic
 from kdactl.certify import certificate as cert_mod
 from kdactl.certify import fingerprint as fp
 from kdactl.certify.orchestrate import (GpuJob, Progress, StageRunner, StderrProgress, SubprocessRunner, node_checks,
                                         health_checks, parse_gpus, run_gpus, select_gpus, target_checks)  # fmt: skip
-from kdactl.certify.outputs import render_summary, write_junit, write_prom
+from kdactl.certify.outputs import junit_xml, prom_text, render_summary
 from kdactl.certify.stages import Plan, default_plan
 from kdactl.errors import UsageError
 from kdactl.hw.driver import version_str
 from kdactl.results import VERDICT_EXIT, CheckResult, verdict
 from kdactl.settings import Settings
+
+LOG_PREFIX = "certify-logs-"
+KEEP_LOG_DIRS = 5  # newest worker-log folders kept beside the certificate; older ones are removed
 
 
 @dataclass(frozen=True)
@@ -77,8 +83,8 @@ class CertifyReport:
         render_summary(console, self.cert, self.reason, self.paths)
 
 
-def check_options(o: CertifyOptions, settings: Settings) -> tuple[tuple[int, ...] | None, bytes | None]:
-    """Every usage error (exit 2) before the node is touched."""
+def check_options(o: CertifyOptions, settings: Settings) -> tuple[tuple[int, ...] | None, bytes | None, Path]:
+    """Every usage error (exit 2) before the node is touched: (GPUs picked, key, certificate path)."""
     picked = parse_gpus(o.gpus)
     if o.expect_gpus is not None and o.expect_gpus < 1:
         raise UsageError(f"--expect-gpus must be at least 1, got {o.expect_gpus}")
@@ -87,7 +93,23 @@ def check_options(o: CertifyOptions, settings: Settings) -> tuple[tuple[int, ...
     if o.expect_sku is not None:
         _check_sku(o.expect_sku)
     cert_mod.lifetime(o.lifetime_days)
-    return picked, cert_mod.read_key(settings.env, o.key_file)
+    out_path = Path(o.out) if o.out else settings.data_dir / ("cert-quick.json" if o.quick else "cert.json")
+    _check_outputs({"--out": out_path, "--junit": o.junit, "--prom": o.prom})
+    return picked, cert_mod.read_key(settings.env, o.key_file), out_path
+
+
+def _check_outputs(paths: dict[str, Optional[Path]]) -> None:
+    """Every output can be written, checked before the run: one that cannot would otherwise fail
+    only after a run of many minutes, with nothing to show for it."""
+    seen: dict[Path, str] = {}
+    for option, path in paths.items():
+        if path is None:
+            continue
+        cert_mod.check_writable(Path(path), option)
+        resolved = Path(path).resolve()
+        if resolved in seen:
+            raise UsageError(f"{seen[resolved]} and {option} both name {path}; give each output its own file")
+        seen[resolved] = option
 
 
 def _check_sku(sku: str) -> None:
@@ -99,14 +121,14 @@ def _check_sku(sku: str) -> None:
 
 def certify_command(settings: Settings, o: CertifyOptions, deps: Deps | None = None) -> CertifyReport:
     d = deps or Deps()
-    picked, key = check_options(o, settings)
+    picked, key, out_path = check_options(o, settings)
     facts = (d.gather or _gather)(settings)
     gpus = select_gpus(facts.gpus, picked)
     results = node_checks(facts, o.expect_gpus, o.expect_sku) + target_checks(gpus) + health_checks(gpus)
     plan = d.plan or default_plan(o.quick)
     jobs = [GpuJob(g.index, g.uuid, g.target, g.sku, o.quick, settings.env) for g in gpus if g.target]
-    out_path = Path(o.out) if o.out else settings.data_dir / ("cert-quick.json" if o.quick else "cert.json")
-    runner = d.runner or SubprocessRunner(_log_dir(settings, out_path))
+    log_dir = _log_dir(out_path) if jobs and d.runner is None else None  # no worker runs, no log folder
+    runner = d.runner or SubprocessRunner(log_dir or out_path.parent)
     results += run_gpus(jobs, plan, runner, d.progress or StderrProgress())
     results += fault_guard(settings.env, results, o.fail_on == "warn")
     name, reason = verdict(results, fail_on_warn=o.fail_on == "warn")
@@ -116,6 +138,7 @@ def certify_command(settings: Settings, o: CertifyOptions, deps: Deps | None = N
     doc["options"]["fault"] = settings.env.get("KDACTL_FAULT") or None
     doc = cert_mod.seal(doc, key)
     paths = _write_all(doc, out_path, o)
+    paths["logs"] = str(log_dir) if log_dir else None
     return CertifyReport(doc, reason, paths, VERDICT_EXIT[name])
 
 
@@ -125,13 +148,20 @@ def _gather(settings: Settings) -> Any:
     return gather_node(settings)
 
 
-def _log_dir(settings: Settings, out_path: Path) -> Path:
-    """Worker logs beside the certificate (kept: the operator reads them when a check fails)."""
+def _log_dir(out_path: Path) -> Path:
+    """A new folder for this run's worker logs beside the certificate (the operator reads them when
+    a check fails). Only the newest KEEP_LOG_DIRS are kept: certify runs from provisioning and cron."""
+    parent = out_path.parent
     try:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix="certify-logs-", dir=out_path.parent))
-    except OSError:
-        return Path(tempfile.mkdtemp(prefix="kdactl-certify-logs-"))
+        parent.mkdir(parents=True, exist_ok=True)
+        new = Path(tempfile.mkdtemp(prefix=f"{LOG_PREFIX}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-", dir=parent))
+    except OSError as err:
+        raise UsageError(f"cannot create a log folder in {parent}: {err.strerror or err}") from None
+    older = sorted((p for p in parent.glob(f"{LOG_PREFIX}*") if p.is_dir() and p != new),
+                   key=lambda p: (p.stat().st_mtime_ns, p.name), reverse=True)  # fmt: skip
+    for stale in older[KEEP_LOG_DIRS - 1 :]:
+        shutil.rmtree(stale, ignore_errors=True)
+    return new
 
 
 def build_document(settings: Settings, facts: Any, gpus: tuple[Any, ...], results: list[CheckResult], name: str,
@@ -196,12 +226,11 @@ def sanitizer_version(settings: Settings) -> Optional[str]:
 
 
 def _write_all(doc: dict[str, Any], out_path: Path, o: CertifyOptions) -> dict[str, Optional[str]]:
+    """All outputs or none; the certificate, which gate and provisioning act on, is renamed last."""
+    files = {Path(p): text(doc) for p, text in ((o.junit, junit_xml), (o.prom, prom_text)) if p}
+    files[out_path] = cert_mod.certificate_text(doc)
     try:
-        cert_mod.write_certificate(out_path, doc)
-        if o.junit:
-            write_junit(o.junit, doc)
-        if o.prom:
-            write_prom(o.prom, doc)
+        write_texts_atomic(files)
     except OSError as err:
-        raise UsageError(f"cannot write {err.filename or out_path}: {err.strerror or err}") from None
+        raise UsageError(f"cannot write {err.filename or out_path}: {err.strerror or err}; no output was changed") from None
     return {"certificate": str(out_path), "junit": str(o.junit) if o.junit else None, "prom": str(o.prom) if o.prom else None}

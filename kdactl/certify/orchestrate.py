@@ -10,9 +10,7 @@ Either makes the node inconclusive at best, never certified.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -24,12 +22,10 @@ from typing import Any, Callable, Mapping, Protocol
 
 from kdactl.certify.stages import Plan, StageSpec, error, visible_devices_env
 from kdactl.errors import UsageError
+from kdactl.proc import INTERRUPTED, Children, run_process
 from kdactl.results import CheckResult
 
 LOG_TAIL = 400  # characters of a dead worker's output quoted in its result
-KILL_GRACE_S = 3.0
-
-
 @dataclass(frozen=True)
 class GpuJob:
     index: int
@@ -147,7 +143,11 @@ def run_gpus(jobs: list[GpuJob], plan: Plan, runner: StageRunner, progress: Prog
         return []
     prog = progress or NullProgress()
     with ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="kdactl-gpu") as pool:
-        per_gpu = list(pool.map(lambda j: run_gpu(j, plan, runner, prog), jobs))
+        try:
+            per_gpu = list(pool.map(lambda j: run_gpu(j, plan, runner, prog), jobs))
+        except BaseException:  # Ctrl-C: stop the workers, or leaving the pool waits out every stage's time limit
+            getattr(runner, "cancel", lambda: None)()
+            raise
     return [r for results in per_gpu for r in results]
 
 
@@ -208,12 +208,18 @@ def stage_passed(results: list[CheckResult]) -> bool:
 
 class SubprocessRunner:
     """Runs ``python -m kdactl.certify.worker`` for one stage on one GPU, with the stage's time
-    limit; the process group is killed on timeout. Logs go to ``log_dir`` (kept for the operator)."""
+    limit; the process group is ended on timeout or ``cancel`` (proc.run_process). Logs go to
+    ``log_dir`` (kept for the operator)."""
 
     def __init__(self, log_dir: Path, python: str = sys.executable, timeout_scale: float = 1.0) -> None:
         self.log_dir = Path(log_dir)
         self.python = python
         self.timeout_scale = timeout_scale
+        self.children = Children()
+
+    def cancel(self) -> None:
+        """Ctrl-C: end every running worker and start no more."""
+        self.children.cancel()
 
     def command(self, spec: StageSpec, job: GpuJob, result: Path) -> list[str]:
         cmd = [self.python, "-m", "kdactl.certify.worker", "--stage", spec.name, "--impl", spec.impl,
@@ -224,41 +230,16 @@ class SubprocessRunner:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_dir / f"gpu{job.index}-{spec.name}.log"
         limit = spec.timeout_s * self.timeout_scale
-        with tempfile.TemporaryDirectory(prefix="kdactl-stage-") as tmp, open(log, "wb") as logf:
+        with tempfile.TemporaryDirectory(prefix="kdactl-stage-") as tmp:
             result = Path(tmp) / "result.json"
             env = visible_devices_env(job.env, job.uuid, job.index, job.target, job.sku)
-            start = time.monotonic()
-            proc = subprocess.Popen(self.command(spec, job, result), env=env, stdin=subprocess.DEVNULL,
-                                    stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-            try:
-                rc = proc.wait(timeout=limit)
-            except subprocess.TimeoutExpired:
-                kill_group(proc)
-                took = time.monotonic() - start
-                return [error(spec.name, f"timed out after {limit:g} s and was killed (hung?); log {log}{_tail(log)}", duration_s=took)]
-            took = time.monotonic() - start
-            return read_result(spec.name, result, rc, log, took)
-
-
-def kill_group(proc: subprocess.Popen) -> None:
-    """SIGTERM the worker's process group, then SIGKILL whatever of the group is left."""
-    _killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=KILL_GRACE_S)
-    except subprocess.TimeoutExpired:
-        pass
-    _killpg(proc.pid, signal.SIGKILL)  # children of the worker too (a pytest or sanitizer run)
-    try:
-        proc.wait(timeout=10.0)
-    except subprocess.TimeoutExpired:
-        pass
-
-
-def _killpg(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+            done = run_process(self.command(spec, job, result), env=env, timeout_s=limit, log=log, children=self.children)
+            if done.start_error:
+                return [error(spec.name, "not run: certify was interrupted" if done.start_error == INTERRUPTED else done.start_error)]
+            if done.timed_out:
+                return [error(spec.name, f"timed out after {limit:g} s and was killed (hung?); log {log}{_tail(log)}",
+                              duration_s=done.duration_s)]  # fmt: skip
+            return read_result(spec.name, result, done.returncode, log, done.duration_s)
 
 
 def read_result(stage: str, result: Path, rc: int, log: Path, took: float) -> list[CheckResult]:

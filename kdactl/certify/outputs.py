@@ -1,5 +1,6 @@
 """What a certification leaves behind besides the certificate: JUnit XML (one testcase per check
-per GPU), a node_exporter textfile-collector file, and the summary table."""
+per GPU), a node_exporter textfile-collector file (written atomically with the certificate, so the
+collector never reads half a file), and the summary table."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any, Iterable, Mapping
 from rich.console import Console
 from rich.table import Table
 
-from kdactl.certify.certificate import parse_stamp, write_text_atomic
+from kdactl.certify.certificate import parse_stamp
 
 _STATUS_STYLE = {"pass": "green", "fail": "bold red", "error": "red", "warn": "yellow", "skip": "dim"}
 
@@ -128,15 +129,6 @@ def prom_text(cert: Mapping[str, Any]) -> str:
         lines += [f"# HELP {name} {help_}", f"# TYPE {name} gauge"]
         lines += [f"{name}{labels} {_num(v)}" for labels, v in samples]
     return "\n".join(lines) + "\n"
-
-
-def write_junit(path: Any, cert: Mapping[str, Any]) -> None:
-    write_text_atomic(path, junit_xml(cert))
-
-
-def write_prom(path: Any, cert: Mapping[str, Any]) -> None:
-    """Atomic, so the collector never reads half a file; node_exporter wants the .prom suffix."""
-    write_text_atomic(path, prom_text(cert))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,11 +11,11 @@ import argparse
 import contextlib
 import importlib
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
+from kdactl.atomic import write_text_atomic
 from kdactl.certify.stages import StageContext, error
 from kdactl.settings import Settings
 
@@ -50,9 +50,7 @@ def run(args: argparse.Namespace) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     payload = {"results": run(args)}
-    tmp = args.result.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload, default=str))
-    os.replace(tmp, args.result)
+    write_text_atomic(args.result, json.dumps(payload, default=str))
     return 0
 
 

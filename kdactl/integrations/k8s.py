@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
+from kdactl.atomic import write_text_atomic
 from kdactl.certify import certificate as cm
 from kdactl.errors import EXIT_PASS, UsageError
 from kdactl.settings import Settings
@@ -90,7 +91,7 @@ def labels_command(settings: Settings, features_dir: Path, cert_path: Path | Non
     labels, expiry, reasons = labels_for(doc, why, key, now())
     out = features_dir / FILE_NAME
     try:
-        cm.write_text_atomic(out, feature_file(labels, expiry))
+        write_text_atomic(out, feature_file(labels, expiry))
     except OSError as err:
         raise UsageError(f"--features-dir {features_dir}: cannot write {out}: {err.strerror or err}") from None
     return LabelsReport(str(out), labels, expiry, reasons)
