@@ -85,3 +85,67 @@ def test_cli_ingest_json_and_exit_codes(tmp_path, monkeypatch):
     res = CliRunner().invoke(app, ["fleet", "ingest", str(tmp_path / "missing")])
     assert res.exit_code == 2
     assert "--db" in CliRunner().invoke(app, ["fleet", "ingest", "--help"]).stdout
+
+
+def _resealed(tmp_path, source, name, **changes):
+    """A digest-valid certificate (sealed again after the change) of the wrong shape."""
+    doc = json.loads(source.read_text())
+    doc.pop("integrity")
+    doc.update(changes)
+    path = tmp_path / "certs" / name
+    cm.write_certificate(path, cm.seal(doc, None))
+    return path
+
+
+@pytest.mark.parametrize("changes, reason", [
+    ({"gpus": "8x H200"}, "gpus is a string, expected a list"),
+    ({"results": {"suite": "pass"}}, "results is an object, expected a list"),
+    ({"node": "gpu-a"}, "node is a string, expected an object"),
+    ({"results": [{"check": "suite", "gpu": 0, "status": "ok"}]}, "results[0].status 'ok' is not one of"),
+])  # fmt: skip
+def test_ingest_rejects_a_sealed_certificate_of_the_wrong_shape(tmp_path, changes, reason):
+    a = ff.make_cert(tmp_path, "gpu-a")
+    bad = _resealed(tmp_path, a, "bad.json", **changes)
+    r = ingest_command(_s(tmp_path), [bad, a], db=tmp_path / "f.db", now=lambda: ff.NOW)
+    assert r.exit_code == 1 and r.added == [str(a)] and reason in dict(r.rejected)[str(bad)]
+
+
+def test_report_survives_a_bad_row_already_in_the_store(tmp_path):
+    """A store written before ingest checked the shape: the row is left out and named, the rest reported."""
+    a = ff.make_cert(tmp_path, "gpu-a")
+    db = tmp_path / "f.db"
+    ingest_command(_s(tmp_path), [a], db=db, now=lambda: ff.NOW)
+    bad = json.loads(_resealed(tmp_path, a, "bad.json", gpus="8x H200", node="gpu-b").read_text())
+    with Store(db) as st:
+        st.conn.execute("INSERT INTO certs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (bad["integrity"]["sha256"], "gpu-b", "certified", "full", bad["issued_at"], bad["expires_at"],
+                         "old.json", bad["issued_at"], json.dumps(bad)))  # fmt: skip
+        st.conn.commit()
+    for fmt in ("table", "json", "markdown", "html"):
+        r = CliRunner().invoke(app, ["fleet", "report", "--db", str(db), "--format", fmt])
+        assert r.exit_code in (0, 1) and "Traceback" not in r.output, r.output
+        assert "old.json" in r.stdout and "gpus is a string" in r.stdout
+    report = json.loads(CliRunner().invoke(app, ["fleet", "report", "--db", str(db), "--json"]).stdout)
+    assert report["certificates"] == 1 and len(report["left_out"]) == 1
+
+
+def test_ingest_failing_part_way_says_what_was_stored(tmp_path, monkeypatch):
+    import sqlite3
+
+    a, b, c = (ff.make_cert(tmp_path, h) for h in ("gpu-a", "gpu-b", "gpu-c"))
+    real_add = Store.add
+
+    def add(self, doc, source, now):
+        if source == str(b):
+            raise sqlite3.OperationalError("database or disk is full")
+        return real_add(self, doc, source, now)
+
+    monkeypatch.setattr(Store, "add", add)
+    r = ingest_command(_s(tmp_path), [a, b, c], db=tmp_path / "f.db", now=lambda: ff.NOW)
+    assert r.exit_code == 3 and r.added == [str(a)] and r.total == 1
+    assert f"failed at {b}" in r.stopped and "disk is full" in r.stopped and "2 files not ingested" in r.stopped
+    from rich.console import Console
+
+    console = Console(record=True, width=400)
+    r.render(console)
+    assert f"stored before it: {a}" in console.export_text()

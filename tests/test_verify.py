@@ -151,3 +151,21 @@ def test_cli_exit_codes(tmp_path):
     cm.write_certificate(signed, cm.seal(fresh, b"k"))
     assert CliRunner().invoke(app, ["verify", str(signed)], env=env).exit_code == 2
     assert CliRunner().invoke(app, ["verify", str(signed)], env={**env, "KDACTL_CERT_KEY": "k"}).exit_code == 0
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("node", "node-a", "node is a string, expected an object"),
+    ("gpus", {"0": {}}, "gpus is an object, expected a list"),
+    ("results", [["suite", "pass"]], "results[0] is a list, expected an object"),
+    ("results", [{"check": "suite", "gpu": "0", "status": "pass"}], "results[0].gpu '0' is neither"),
+])  # fmt: skip
+def test_well_sealed_document_of_the_wrong_shape_is_invalid_in_one_line(tmp_path, field, value, match):
+    """A digest proves only that nothing changed since sealing: the shape is checked too, and the
+    rendering of such a document (text and --json) ends as exit 1 with the reason, not a traceback."""
+    path = write(tmp_path, doc(**{field: value}))
+    rep = verify(path)
+    assert rep.exit_code == 1 and any(match in f for f in rep.failures), rep.failures
+    env = {"KDACTL_CERT_KEY": "", "KDACTL_DATA_DIR": str(tmp_path)}
+    for args in (["verify", str(path)], ["verify", str(path), "--json"]):
+        r = CliRunner().invoke(app, args, env=env)
+        assert r.exit_code == 1 and "Traceback" not in r.output and match in r.stdout, r.output

@@ -39,7 +39,9 @@ def problem_cells(row: Mapping[str, Any], sep: str = "; ") -> dict[str, str]:
 
 
 def sections(report: Any) -> list[tuple[str, tuple, list[dict[str, str]]]]:
-    return [
+    left_out = [("Stored rows left out (not well-formed certificates)", (("row", "row"),),
+                 [{"row": line} for line in report.left_out])] if report.left_out else []  # fmt: skip
+    return left_out + [
         ("Qualification per SKU (each node's latest certificate)", QUAL_COLS, [qual_cells(r) for r in report.qualification]),
         ("Performance per SKU and shape (median over GPUs; measured/baseline > 1 is slower for times)", PERF_COLS,
          [perf_cells(r) for r in report.perf]),

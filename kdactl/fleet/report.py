@@ -39,13 +39,15 @@ class FleetReport:
     perf: list[dict[str, Any]] = field(default_factory=list)
     problems: list[dict[str, Any]] = field(default_factory=list)
     nodes: int = 0
+    left_out: list[str] = field(default_factory=list)  # stored rows that are not well-formed certificates
     fmt: str = "table"
     exit_code: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"command": "fleet report", "generated_at": self.generated_at, "since": self.since,
                 "certificates": self.certificates, "nodes": self.nodes, "qualification": self.qualification,
-                "perf": self.perf, "problems": self.problems, "exit_code": self.exit_code}  # fmt: skip
+                "perf": self.perf, "problems": self.problems, "left_out": self.left_out,
+                "exit_code": self.exit_code}  # fmt: skip
 
     def render(self, console: Any) -> None:
         from kdactl.fleet import render
@@ -253,14 +255,14 @@ def report_command(settings: Any, db: Any = None, fmt: str = "table", since: str
 
     from kdactl.certify.certificate import now_utc
     from kdactl.errors import UsageError
-    from kdactl.fleet.store import default_db, iter_docs
+    from kdactl.fleet.store import default_db, load_docs
 
     if fmt not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if not 0 <= tolerance < 1:
         raise UsageError(f"--tolerance must be at least 0 and below 1, got {tolerance:g}")
     start = parse_since(since)
-    docs = list(iter_docs(Path(db) if db else default_db(settings), start))
+    docs, left_out = load_docs(Path(db) if db else default_db(settings), start)
     report = build_report(docs, (now or now_utc)(), start, tolerance)
-    report.fmt = fmt
+    report.fmt, report.left_out = fmt, left_out
     return report

@@ -14,12 +14,12 @@ import sqlite3
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 from rich.console import Console
 
 from kdactl.certify import certificate as cm
-from kdactl.errors import EXIT_NOT_CERTIFIED, EXIT_PASS, UsageError
+from kdactl.errors import EXIT_INCONCLUSIVE, EXIT_NOT_CERTIFIED, EXIT_PASS, UsageError
 from kdactl.settings import Settings
 
 _SCHEMA = """
@@ -74,13 +74,28 @@ class Store:
 
     def documents(self, since: datetime | None = None) -> list[dict[str, Any]]:
         """Every stored certificate (issued at or after ``since``), oldest first."""
-        rows = self.conn.execute("SELECT issued_at, doc FROM certs ORDER BY issued_at, digest").fetchall()
-        docs = []
-        for issued, text in rows:
+        return self.read(since)[0]
+
+    def read(self, since: datetime | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+        """(documents, one line per stored row that is not a well-formed certificate). A store
+        written by an older kdactl, or by hand, may hold such a row: it is left out and named, so
+        one bad row never takes down the report of the whole fleet."""
+        rows = self.conn.execute("SELECT digest, source, issued_at, doc FROM certs ORDER BY issued_at, digest").fetchall()
+        docs, bad = [], []
+        for digest, source, issued, text in rows:
             t = cm.parse_stamp(issued)
-            if since is None or (t is not None and t >= since):
-                docs.append(json.loads(text))
-        return docs
+            if since is not None and (t is None or t < since):
+                continue
+            try:
+                doc = json.loads(text)
+                problems = cm.check_schema(doc) if isinstance(doc, dict) else ["not a JSON object"]
+            except (TypeError, ValueError) as err:
+                problems = [f"not valid JSON: {err}"]
+            if problems:
+                bad.append(f"stored row {str(digest)[:16]}... (from {source}) left out: {'; '.join(problems)}")
+            else:
+                docs.append(doc)
+        return docs, bad
 
     def count(self) -> int:
         return self.conn.execute("SELECT COUNT(*) FROM certs").fetchone()[0]
@@ -93,19 +108,22 @@ class IngestReport:
     already: list[str] = field(default_factory=list)
     rejected: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
     total: int = 0
+    stopped: str | None = None  # the store failed part-way: why, and at which file
 
     @property
     def exit_code(self) -> int:
-        return EXIT_NOT_CERTIFIED if self.rejected else EXIT_PASS
+        return EXIT_INCONCLUSIVE if self.stopped else EXIT_NOT_CERTIFIED if self.rejected else EXIT_PASS
 
     def to_json(self) -> dict[str, Any]:
         return {"command": "fleet ingest", "db": self.db, "exit_code": self.exit_code, "added": self.added,
                 "already_stored": self.already, "rejected": [{"path": p, "reason": r} for p, r in self.rejected],
-                "certificates_in_store": self.total}  # fmt: skip
+                "certificates_in_store": self.total, "stopped": self.stopped}  # fmt: skip
 
     def render(self, console: Console) -> None:
         for path, reason in self.rejected:
             console.print(f"REJECTED: {path}: {reason}", markup=False)
+        if self.stopped:
+            console.print(f"STOPPED: {self.stopped}; stored before it: {', '.join(self.added) or 'nothing'}", markup=False)
         console.print(f"{len(self.added)} added, {len(self.already)} already stored, {len(self.rejected)} rejected; "
                       f"{self.total} certificates in {self.db}", markup=False)  # fmt: skip
 
@@ -153,16 +171,27 @@ def ingest_command(settings: Settings, paths: list[Path], db: Path | None = None
             doc, why = check_for_ingest(path, key, t)
             if doc is None:
                 report.rejected.append((str(path), why))
-            elif store.add(doc, str(path), t):
-                report.added.append(str(path))
-            else:
-                report.already.append(str(path))
-        report.total = store.count()
+                continue
+            try:
+                added = store.add(doc, str(path), t)
+            except sqlite3.Error as err:  # disk full, locked, read-only: what is stored stays stored
+                report.stopped = f"the store failed at {path} ({err}); {len(files) - len(report.added) - len(report.already) - len(report.rejected)} files not ingested"
+                break
+            (report.added if added else report.already).append(str(path))
+        report.total = _count(store)
     return report
 
 
-def iter_docs(db: Path, since: datetime | None = None) -> Iterator[dict[str, Any]]:
+def _count(store: Store) -> int | None:
+    try:
+        return store.count()
+    except sqlite3.Error:
+        return None
+
+
+def load_docs(db: Path, since: datetime | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """The store's well-formed certificates and a line per row left out (Store.read)."""
     if not Path(db).exists():
         raise UsageError(f"--db {db}: no fleet store there (run kdactl fleet ingest first)")
     with Store(db) as store:
-        yield from store.documents(since)
+        return store.read(since)
