@@ -264,3 +264,27 @@ def test_concurrent_builds_on_an_empty_cache_build_once(tmp_path, tiny_csrc, nvc
     assert len({r["dir"] for r in results}) == 1
     manifest = json.loads((Path(results[0]["dir"]) / "manifest.json").read_text())
     assert manifest["builder"]["pid"] == next(r["pid"] for r in results if r["built"])
+
+
+@pytest.mark.parametrize("level", ["entry folder", "library"])
+def test_check_entry_refuses_an_entry_others_can_write(tmp_path, level):
+    """Every level down to the .so: a private cache root does not make a writable entry safe."""
+    _fake_entry(tmp_path / "e")
+    writable = tmp_path / "e" if level == "entry folder" else tmp_path / "e" / "libkdactl.so"
+    os.chmod(writable, writable.stat().st_mode | 0o002)
+    with pytest.raises(UnsafeCache, match=f"{writable.name} is writable by group or other") as err:
+        cache.check_entry(tmp_path / "e", "sm_90a", "abc")
+    assert err.value.exit_code == EXIT_USAGE
+
+
+def test_lookup_refuses_a_group_writable_library_in_a_private_cache(tmp_path, tiny_csrc):
+    spec = kernel_library_spec(get_target("sm_90a"), tiny_csrc)
+    root = tmp_path / "cache"
+    key = spec.key_dir(root, spec.source_hash())
+    cache.ensure_private_dirs(root, key.parent)
+    _fake_entry(key, source_hash=spec.source_hash())
+    os.chmod(key, 0o700)
+    assert lookup_cached(spec, root) is not None
+    os.chmod(key / "libkdactl.so", 0o664)
+    with pytest.raises(UnsafeCache, match="libkdactl.so is writable"):
+        lookup_cached(spec, root)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kdactl import __version__
+from kdactl.atomic import write_json_atomic
 from kdactl.errors import UnsafeCache, UnsupportedTarget
 from kdactl.jit import cache
 from kdactl.jit.build import BuildResult
@@ -60,11 +61,10 @@ def find_entry(aot_dir: Path, spec: JitSpec) -> AotEntry | None:
         return None
     directory = Path(aot_dir) / target
     cache.check_private_dir(Path(aot_dir), shared=True)
-    found = cache.check_entry(directory, target, spec.source_hash())
+    found = cache.check_entry(directory, target, spec.source_hash(), shared=True)
     if not found.ok:
         log.warning("kdactl: ignoring AOT entry %s: %s", directory, found.reason)
         return None
-    cache.check_private_dir(directory, shared=True)
     return AotEntry(target, directory, found.manifest or {})
 
 
@@ -104,7 +104,7 @@ def write_bundle(aot_dir: Path, results: list[BuildResult]) -> Path:
             "built_at": result.manifest["built_at"],
         }
     index = {"schema": AOT_SCHEMA, "kdactl_version": __version__, "entries": dict(sorted(entries.items()))}
-    cache.write_json_atomic(aot_dir / INDEX, index, mode=0o644)
+    write_json_atomic(aot_dir / INDEX, index, mode=0o644)
     return aot_dir / INDEX
 
 

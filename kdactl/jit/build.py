@@ -23,6 +23,7 @@ from typing import Any
 
 import filelock
 
+from kdactl.atomic import write_json_atomic
 from kdactl.errors import BuildError, ToolMissing, UnsupportedTarget
 from kdactl.hw.toolkit import Toolkit
 from kdactl.jit import cache
@@ -143,7 +144,7 @@ def _build_and_publish(spec: JitSpec, toolkit: Toolkit, key: Path, digest: str, 
             obj.unlink()
         build_s = time.monotonic() - start
         manifest = make_manifest(spec, toolkit, digest, tmp, build_s)
-        cache.write_json_atomic(tmp / cache.MANIFEST, manifest)
+        write_json_atomic(tmp / cache.MANIFEST, manifest, mode=0o600)
         os.chmod(tmp, cache.PRIVATE_MODE)
         os.replace(tmp, key)  # publish: readers see no entry or a whole one
     except BaseException:

@@ -102,15 +102,6 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     return data
 
 
-def write_json_atomic(path: Path, data: dict[str, Any], mode: int = 0o600) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
-
-
 @dataclass(frozen=True)
 class EntryCheck:
     ok: bool
@@ -118,10 +109,14 @@ class EntryCheck:
     manifest: dict[str, Any] | None = None
 
 
-def check_entry(directory: Path, target: str, source_hash: str | None) -> EntryCheck:
-    """Is the entry complete, for this target (and source hash, when given), with files intact?"""
+def check_entry(directory: Path, target: str, source_hash: str | None, *, shared: bool = False) -> EntryCheck:
+    """Is the entry complete, for this target (and source hash, when given), with files intact?
+    UnsafeCache when the entry folder or one of its files is one that others could have changed
+    (every level down to the library is checked: a safe parent does not make a writable leaf safe);
+    ``shared`` as in check_private_dir."""
     if not Path(directory).is_dir():
         return EntryCheck(False, "not built yet")
+    check_private_dir(Path(directory), shared=shared)
     try:
         manifest = read_manifest(directory)
     except ValueError as err:
@@ -134,22 +129,33 @@ def check_entry(directory: Path, target: str, source_hash: str | None) -> EntryC
     if not isinstance(files, dict) or not files:
         return EntryCheck(False, "manifest lists no files")
     for name, expected in files.items():
-        reason = _check_file(Path(directory), name, expected)
+        reason = _check_file(Path(directory), name, expected, shared)
         if reason:
             return EntryCheck(False, reason)
     return EntryCheck(True, "", manifest)
 
 
-def _check_file(directory: Path, name: str, expected: Any) -> str:
+def _check_file(directory: Path, name: str, expected: Any, shared: bool) -> str:
     path = directory / name
     if Path(name).is_absolute() or ".." in Path(name).parts:
         return f"manifest file name {name!r} leaves the entry"
     if not path.is_file():
         return f"{path} is missing"
+    _check_private_file(path, shared)
     actual = sha256_file(path)
     if actual != expected:
         return f"{path} sha256 {actual[:16]}... does not match the manifest's {str(expected)[:16]}..."
     return ""
+
+
+def _check_private_file(path: Path, shared: bool) -> None:
+    st = os.stat(path)
+    if st.st_mode & 0o022:
+        raise UnsafeCache(f"{path} is writable by group or other (mode {oct(st.st_mode & 0o777)}); refusing to "
+                          f"load code from it; run 'chmod go-w {path}' or remove the entry")  # fmt: skip
+    if not shared and st.st_uid != os.geteuid():
+        raise UnsafeCache(f"{path} is owned by uid {st.st_uid}, not this user (uid {os.geteuid()}); "
+                          "set KDACTL_CACHE_DIR to a directory of your own")  # fmt: skip
 
 
 def discard_dir(path: Path) -> None:
