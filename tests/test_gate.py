@@ -186,3 +186,16 @@ print(sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.")))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=cf.ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_inconclusive_certificate_is_3_not_1(tmp_path):
+    """SPEC: an inconclusive certificate is no evidence against the node; the gate cannot tell (3)."""
+    s = cf.settings(tmp_path)
+    runner = cf.FakeRunner({("perf", None): lambda j: [cf.CheckResult("perf", "error", "GPU busy: 6 other processes")]})
+    certify_command(s, CertifyOptions(), cf.deps(cf.node(8), runner))
+    rep = gate(s)
+    assert rep.exit_code == 3 and rep.failures == [] and rep.unknown[0].startswith("verdict is inconclusive")
+    assert "GPU busy" in rep.unknown[0]
+    late = gate(s, now=cf.NOW + timedelta(days=8))  # evidence against it still wins: expired is 1
+
+    assert late.exit_code == 1 and late.failures[0].startswith("expired")

@@ -4,7 +4,8 @@ Kubernetes readiness, from the cached certificate and the node's fingerprint now
 Passes only when the certificate is intact (digest; signature when a key is configured), not
 expired, says ``certified``, covers a full (not ``--quick``) run of every GPU on the node, and the
 node's GPU uuids, driver, CUDA toolkit and kernel library sha256 are what they were at
-certification. Exit 0 pass; 1 fail (each reason one line); 3 cannot tell (NVML cannot be read).
+certification. Exit 0 pass; 1 fail (each reason one line); 3 cannot tell (NVML cannot be read, or
+an otherwise valid certificate says ``inconclusive``: SPEC exit 3).
 No certificate at all is a fail (1): an uncertified node must not take work.
 
 No torch here: GPUs and driver come from NVML, the toolkit from nvcc, the library's sha256 from its
@@ -69,9 +70,13 @@ def gate_command(settings: Settings, cert_path: Path | None = None, key_file: Pa
         report.failures.append(why)
         return report
     try:
-        report.failures += certificate_reasons(doc, key, now())
+        reasons = certificate_reasons(doc, key, now())
     except cm.KeyRequired as err:
         report.unknown.append(str(err))
+    else:  # an inconclusive certificate is no evidence against the node: it says "cannot tell" (3)
+        unknown = verdict_reason(doc) if doc.get("verdict") == "inconclusive" else None
+        report.failures += [r for r in reasons if r != unknown]
+        report.unknown += [unknown] if unknown in reasons else []
     if not cm.check_schema(doc):
         _check_node(settings, doc, report, node_reader or fp.read_node_now, artifacts)
     report.summary = f"{doc.get('verdict')} {path}, {len(doc.get('gpus') or [])} GPUs, expires {doc.get('expires_at')}"
@@ -81,10 +86,14 @@ def gate_command(settings: Settings, cert_path: Path | None = None, key_file: Pa
 def certificate_reasons(doc: Mapping[str, Any], key: bytes | None, now: datetime) -> list[str]:
     out = list(cm.check_certificate(doc, key, now).failures)
     if doc.get("verdict") != "certified":
-        out.append(f"verdict is {doc.get('verdict')}: {doc.get('reason') or 'no reason recorded'}")
+        out.append(verdict_reason(doc))
     if doc.get("scope") != "full":
         out.append(f"certificate scope is {doc.get('scope')!r}: only a full kdactl certify (not --quick) admits the node")
     return out
+
+
+def verdict_reason(doc: Mapping[str, Any]) -> str:
+    return f"verdict is {doc.get('verdict')}: {doc.get('reason') or 'no reason recorded'}"
 
 
 def _check_node(settings: Settings, doc: Mapping[str, Any], report: GateReport,
