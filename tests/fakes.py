@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import zlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 import pynvml
 import pytest
 
 from kdactl.errors import Inconclusive, NoGpu
 from kdactl.hw.nvml import NvmlUnavailable, PynvmlDriver
-from tests.fakes import H200, L40S_LIKE, NO_DRIVER, FakeNvml, fleet
+from tests.fakes import H200, L40S_LIKE, FakeNvml, fleet
 
 
 def test_reads_every_fact_of_an_h200():

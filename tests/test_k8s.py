@@ -7,7 +7,6 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from kdactl.certify import certificate as cm
 from kdactl.cli import app
 from kdactl.errors import UsageError
 from kdactl.integrations.k8s import feature_file, labels_command

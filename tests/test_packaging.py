@@ -30,3 +30,17 @@ def test_import_kdactl_is_light():
 def test_python_m_kdactl_help():
     proc = subprocess.run([sys.executable, "-m", "kdactl", "--help"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "detect" in proc.stdout
+
+
+def test_test_extra_declares_what_a_fresh_venv_needs():
+    """Without numpy torch prints a warning on import, which breaks the one-line-on-stderr tests
+    (bench without a GPU) in a fresh venv; PyYAML reads the Kubernetes manifests."""
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    names = {d.split(">")[0].split("=")[0].split("[")[0].strip().lower() for d in extra}
+    assert {"pytest", "pytest-timeout", "pyyaml", "numpy"} <= names
+
+
+def test_spec_travels_with_the_repository():
+    """The README's contract link resolves in a clone (the SPEC is not outside the repo)."""
+    readme = (ROOT / "README.md").read_text()
+    assert "../shared/" not in readme and "(SPEC.md)" in readme and (ROOT / "SPEC.md").is_file()

@@ -18,7 +18,7 @@ __all__ = [
 
 def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False,
             cu_seqlens=None, route="auto", workspace=None, out=None, tuning=0):  # fmt: skip
-    """KDA prefill. Returns ``(o, final_state or None)``; see ../shared/SPEC.md "The KDA op".
+    """KDA prefill. Returns ``(o, final_state or None)``; see SPEC.md "The KDA op".
 
     ``out`` is a preallocated o tensor, or a tuple ``(o, final_state)``; with ``workspace`` (a
     KdaWorkspace) and ``out`` the call allocates nothing, so it can be captured in a CUDA graph.
