@@ -49,7 +49,7 @@ class Children:
     them all: children lead sessions of their own, so the terminal's Ctrl-C never reaches them."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: cancel may run in a signal handler (end_children_on_term)
         self._live: set[subprocess.Popen] = set()
         self.cancelled = False
 
@@ -66,7 +66,7 @@ class Children:
         with self._lock:
             self._live.discard(proc)
 
-    def cancel(self) -> None:
+    def cancel(self, grace_s: float = KILL_GRACE_S) -> None:
         """End every live child and start no more; the grace period is waited once for all."""
         with self._lock:
             self.cancelled = True
@@ -74,7 +74,22 @@ class Children:
         for proc in live:
             _killpg(proc, signal.SIGTERM)
         for proc in live:
-            kill_group(proc)
+            kill_group(proc, grace_s)
+
+
+LIVE = Children()  # every child run_process starts in this process unless the caller tracks its own
+
+
+def end_children_on_term(grace_s: float = 1.0) -> None:
+    """On SIGTERM, end this process's children, then exit 143. For a process that is itself ended
+    by group (certify's worker): its children lead groups of their own (a pytest run, the
+    sanitizers), which its killer's killpg does not reach. The grace is shorter than the killer's."""
+
+    def handler(signum: int, frame: object) -> None:
+        LIVE.cancel(grace_s)
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def run_process(cmd: Sequence[str], *, env: Mapping[str, str], timeout_s: float, cwd: Path | None = None,
@@ -84,7 +99,7 @@ def run_process(cmd: Sequence[str], *, env: Mapping[str, str], timeout_s: float,
     INTERRUPTED once that was cancelled)."""
     start = time.monotonic()
     sink = open(log, "wb") if log is not None else None
-    track = children or Children()
+    track = children or LIVE
     try:
         try:
             proc = track.start(lambda: subprocess.Popen(

@@ -122,6 +122,18 @@ def hang_stage(ctx) -> list[CheckResult]:
     return []
 
 
+def grandchild_stage(ctx) -> list[CheckResult]:
+    """Like the suite stage: a child in a session of its own (proc.run_process), here one that hangs;
+    its pid goes to $KDACTL_TEST_PIDFILE so the test can see whether it outlived the worker."""
+    import sys
+
+    from kdactl.proc import run_process
+
+    code = f"import os, time; open({os.environ['KDACTL_TEST_PIDFILE']!r}, 'w').write(str(os.getpid())); time.sleep(3600)"
+    run_process([sys.executable, "-c", code], env=os.environ, timeout_s=3600)
+    return []
+
+
 def segfault_stage(ctx) -> list[CheckResult]:
     os.kill(os.getpid(), signal.SIGSEGV)
     return []

@@ -223,3 +223,43 @@ def test_a_failed_build_skips_both_overlapping_stages():
     results = orch.run_gpus(jobs(1), default_plan(False), runner)
     skipped = {r.check: r.message for r in results if r.status == "skip"}
     assert skipped == {s: "not run: stage build did not pass" for s in ("suite", "sanitize", "perf")}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is dead, only not yet reaped
+        return f.read().split(") ")[-1][0] != "Z"
+
+
+def _wait_for_pid(path, timeout=20.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if path.exists() and path.read_text():
+            return int(path.read_text())
+        time.sleep(0.05)
+    raise AssertionError("the stage never started its child")
+
+
+@pytest.mark.parametrize("how", ["timeout", "cancel"])
+def test_a_stopped_worker_takes_its_own_children_along(tmp_path, how):
+    """The suite's pytest and the sanitizers lead sessions of their own; killing the worker's group
+    alone would leave them on the GPU (seen on the H200 after a Ctrl-C: 5 compute processes left)."""
+    import threading
+
+    pidfile = tmp_path / "grandchild.pid"
+    runner = orch.SubprocessRunner(tmp_path)
+    plan = _plan(("suite", "grandchild_stage", 4.0 if how == "timeout" else 60))
+    job = jobs(1, _env(KDACTL_TEST_PIDFILE=str(pidfile)))
+    if how == "cancel":
+        threading.Thread(target=lambda: (_wait_for_pid(pidfile), runner.cancel()), daemon=True).start()
+    start = time.monotonic()
+    (r,) = orch.run_gpus(job, plan, runner)
+    pid = _wait_for_pid(pidfile)
+    assert r.status == "error" and time.monotonic() - start < 15
+    end = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not _alive(pid), f"the worker's child {pid} outlived the worker ({how})"

@@ -187,3 +187,9 @@ def test_a_sick_gpu_fails_certify_and_shows_in_every_output(tmp_path):
 def test_health_checks_cover_the_selected_gpus_only():
     gpus = (cf.gpu(3),)
     assert {r.gpu for r in health_checks(gpus)} == {3}
+
+
+def test_a_repeated_xid_is_said_once_with_its_count():
+    """Seen on the H200: every killed co-tenant leaves an XID 43; six of them read as one line."""
+    (r,) = [r for r in judge_health(replace(OK, xids=(43,) * 6 + (13,)), 0) if r.check == "health.xid"]
+    assert r.status == "warn" and r.message == "XID events since boot: 13, 43 (6 times)"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from kdactl.atomic import write_text_atomic
 from kdactl.certify.stages import StageContext, error
+from kdactl.proc import end_children_on_term
 from kdactl.settings import Settings
 
 
@@ -49,6 +50,7 @@ def run(args: argparse.Namespace) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    end_children_on_term()  # a timeout or Ctrl-C of certify ends the suite's pytest and the sanitizers too
     payload = {"results": run(args)}
     write_text_atomic(args.result, json.dumps(payload, default=str))
     return 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -202,7 +203,8 @@ def _xids(v: tuple[int, ...]) -> tuple[str, str]:
     if not v:
         return "pass", "no XID event for this GPU in the kernel log"
     bad = sorted(set(v) & BAD_XIDS)
-    said = f"XID events since boot: {', '.join(map(str, v[:20]))}"
+    counts = Counter(v)  # an application fault repeats its XID (43) at every run: say each code once
+    said = "XID events since boot: " + ", ".join(f"{x}" + (f" ({n} times)" if n > 1 else "") for x, n in sorted(counts.items()))
     if bad:
         return "fail", f"{said} (GPU fault: {', '.join(map(str, bad))})"
     return "warn", said
