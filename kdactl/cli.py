@@ -119,6 +119,7 @@ def bench(
     tolerance: Optional[float] = typer.Option(None, "--tolerance", help="Tolerance stored by --record-baseline (default 0.10)."),
     device: int = typer.Option(0, "--device", help="CUDA device index."),
     timer: str = typer.Option("auto", "--timer", help="auto (kineto: device time through torch's profiler), kineto, cupti (needs cupti-python) or cuda-events."),
+    host: bool = typer.Option(False, "--host", help="CPU microseconds per call (eager and CUDA-graph replay) instead of device time; default shapes B1 T64 H4 and a 4-sequence varlen batch."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Time KDA prefill routes against each other and against fla: cold L2, ABBA order, checked first."""
@@ -127,7 +128,7 @@ def bench(
     opts = BenchOptions(suite=suite, shapes=tuple(shape or ()), varlens=tuple(varlen or ()), heads=heads,
                         routes=routes, peers=peers, iters=iters, warmup=warmup, gate=gate,
                         record_baseline=record_baseline, baseline=baseline, tolerance=tolerance,
-                        markdown=markdown, plot=plot, device=device, timer=timer, as_json=as_json)  # fmt: skip
+                        markdown=markdown, plot=plot, device=device, timer=timer, host=host, as_json=as_json)  # fmt: skip
     _run(as_json, lambda s: run_bench(s, opts))
 
 

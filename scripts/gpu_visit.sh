@@ -14,7 +14,7 @@ exec > >(tee -a $OUT/visit.log) 2>&1
 python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v WARNING
 python3 -c "import cupti" 2>/dev/null && echo "NOTE: cupti-python is on this image" || echo "cupti-python: not installed (as on the image)"
 peers() { PYTHONPATH=/tmp/site "$@"; }  # fla and its wheels, for peer timing only
-if [ -d .whl ] && [[ " $* " =~ " small-bh "|" serving " ]]; then
+if [ -d .whl ] && [[ " $* " =~ " small-bh "|" serving "|" host " ]]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   for h in 1 4 8 12 64 96; do peers timeout 150 python3 scripts/warm_fla.py $h > $S/warm_$h.log 2>&1 & done
 fi
@@ -33,7 +33,8 @@ certify_full() {  # name, then env assignments for the run
 
 bench() {  # suite name, then extra args
   local s=$1; shift
-  time peers timeout 200 kdactl bench --suite $s --peers fla --markdown $OUT/$s.md --json "$@" > $S/$s.json
+  [ "$s" = host ] && set -- "$@" || set -- --suite $s "$@"
+  time peers timeout 200 kdactl bench --peers fla --markdown $OUT/$s.md --json "$@" > $S/$s.json
   echo rc=$?; cat $OUT/$s.md
 }
 for section in "$@"; do
@@ -106,6 +107,7 @@ from kdactl.kda import prefill; from kdactl.kda.inputs import random_inputs
 x,_,_ = random_inputs(1, 8192, 64, device='cuda')
 for _ in range(2): prefill(**x, route='chunk')" > $OUT/ncu.txt 2>&1; echo rc=$?; grep -E "^  [a-z_]+|Duration|Stall|stalled|Throughput|Achieved Occ|Registers|Warp Cycles|Eligible|Issued Warp" $OUT/ncu.txt | head -90 ;;
     small-bh) grep -h warmed $S/warm_*.log; bench small-bh --iters 5 --warmup 1 ;;
+    host) grep -h warmed $S/warm_*.log; bench host --host --warmup 3 ;;
     serving) grep -h warmed $S/warm_*.log; bench serving --iters 12 --warmup 2 ;;
     sbh-tests) time timeout 300 python3 -m pytest -q -m gpu tests/test_kda_small_bh_gpu.py tests/test_kda_chunk_gpu.py \
         -p no:cacheprovider --durations=6 --junitxml=$OUT/sbh.xml -o junit_logging=system-out 2>&1 | grep -vE "^(tests|\s)" | tail -30

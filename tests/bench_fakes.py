@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from kdactl.bench.model import UNAVAILABLE, Candidate, Check
+from kdactl.kda.routes import ROUTES
 
-OWN = {"auto": "auto", "direct": "route", "chunk": "route", "small_bh": "route"}
+OWN = {"auto": "auto", **{route: "route" for route in ROUTES}}
 
 
 @dataclass
@@ -21,6 +22,8 @@ class FakeHarness:
     jitter: Callable[[str, int], float] = lambda name, i: 0.0  # added to the i-th timed call of name
     setup_error: str | None = None
     sku: str = "H200"
+    host_us: dict[str, float] = field(default_factory=dict)  # --host: CPU us per call (default 10)
+    not_capturable: set[str] = field(default_factory=set)
     events: list[str] = field(default_factory=list)  # "flush", "time:<name>", "call:<name>"
     released: int = 0
     _counts: dict[str, int] = field(default_factory=dict)
@@ -75,6 +78,27 @@ class FakeHarness:
         self._counts[name] = i + 1
         self.events.append(f"time:{name}")
         return self.times[name] + self.jitter(name, i)
+
+    def host_cost(self, fn):
+        """--host: the real host_cost over a fake clock that advances host_us[name] per call."""
+        from kdactl.bench.host import host_cost
+
+        clock = [0.0]
+        before = len(self.events)
+        fn()
+        name = self.events[before].split(":", 1)[1]
+        cost = self.host_us.get(name, 10.0) * 1e-6
+
+        def call():
+            fn()
+            clock[0] += cost
+
+        def capture(f):
+            if name in self.not_capturable:
+                raise RuntimeError(f"{name}: operation not permitted when stream is capturing")
+            return lambda: clock.__setitem__(0, clock[0] + cost / 10)
+
+        return host_cost(call, lambda: None, lambda: clock[0], capture, calls=20, repeats=3)
 
     def release(self) -> None:
         self.released += 1

@@ -43,6 +43,7 @@ class TorchHarness:
         self.flusher = L2Flusher(self.device, getattr(self.props, "L2_cache_size", None))
         self.timer, self.timer_note = make_timer(self.device, timer)
         self._inputs: dict[str, Any] | None = None
+        self._graphs: list[Any] = []  # --host: captured graphs, kept alive while their shape runs
         log.info("bench on %s (cc %d.%d, %d SMs), timer %s (%s), L2 flush %d MiB", self.props.name,
                  self.props.major, self.props.minor, self.props.multi_processor_count, self.timer.name,
                  self.timer_note, self.flusher.nbytes >> 20)  # fmt: skip
@@ -93,9 +94,36 @@ class TorchHarness:
     def time_ms(self, fn: Callable[[], Any]) -> float:
         return self.timer.time_ms(fn)
 
+    def host_cost(self, fn: Callable[[], Any]):
+        import time
+
+        import torch
+
+        from kdactl.bench.host import host_cost
+
+        return host_cost(fn, lambda: torch.cuda.synchronize(self.device), time.perf_counter, self._capture)
+
+    def _capture(self, fn: Callable[[], Any]) -> Callable[[], Any]:
+        """``fn`` captured in a CUDA graph (warmed on a side stream first, as torch asks); the graph
+        lives until the shape is released."""
+        import torch
+
+        main, side = torch.cuda.current_stream(self.device), torch.cuda.Stream(self.device)
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                fn()
+        main.wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        self._graphs.append(graph)
+        return graph.replay
+
     def release(self) -> None:
         import torch
 
+        self._graphs = []
         self._inputs, self._ref = None, None
         torch.cuda.synchronize(self.device)
         torch.cuda.empty_cache()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol, Sequence
 
+from kdactl.bench.host import HostCost
 from kdactl.bench.stats import Summary
 from kdactl.bench.suites import Shape
 
@@ -62,6 +63,7 @@ class Outcome:
     check: Optional[Check] = None
     summary: Optional[Summary] = None
     blocks: list[list[float]] = field(default_factory=list)
+    host: Optional[HostCost] = None  # --host: CPU cost per call instead of device time
 
     @property
     def own(self) -> bool:
@@ -71,7 +73,7 @@ class Outcome:
         return {"name": self.name, "kind": self.kind, "status": self.status, "reason": self.reason,
                 "note": self.note, "check": self.check.to_json() if self.check else None,
                 "timing": self.summary.to_json() if self.summary else None,
-                "blocks_ms": self.blocks}  # fmt: skip
+                "blocks_ms": self.blocks, "host": self.host.to_json() if self.host else None}  # fmt: skip
 
 
 @dataclass
@@ -99,5 +101,7 @@ class Harness(Protocol):
     def flush(self) -> None: ...  # evict L2; runs before the timed span
 
     def time_ms(self, fn: Callable[[], Any]) -> float: ...  # one call, in ms
+
+    def host_cost(self, fn: Callable[[], Any]) -> HostCost: ...  # --host: CPU us per call, eager and replayed
 
     def release(self) -> None: ...  # drop the shape's tensors

@@ -16,6 +16,8 @@ from rich.console import Console
 from rich.table import Table
 
 from kdactl.bench import baseline as bl
+from kdactl.bench.host import CALLS as HOST_CALLS
+from kdactl.bench.host import REPEATS as HOST_REPEATS
 from kdactl.bench.model import ERROR, FAILED, OK, REJECTED, UNAVAILABLE, ShapeRun
 from kdactl.bench.order import Plan
 from kdactl.bench.stats import geomean
@@ -85,6 +87,35 @@ def _geo_cell(g: dict[str, Any], name: str, nshapes: int) -> str:
     return text + (f" [{g['shapes']}/{nshapes}]" if g["shapes"] != nshapes else "")
 
 
+HOST_TITLE = "kdactl bench --host (CPU us per call; (x) = candidate / auto, >1: auto cheaper)"
+
+
+def _us(value: Optional[float], auto: Optional[float], name: str) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.1f}" if name == "auto" or not auto else f"{value:.1f} ({value / auto:.2f}x)"
+
+
+def host_rows(runs: list[ShapeRun]) -> tuple[list[str], list[list[str]]]:
+    """--host: a column pair (eager, replay) per candidate, a row per shape."""
+    names = columns(runs)
+    head = ["shape"] + [f"{n} {what} us" for n in names for what in ("eager", "replay")]
+    body = []
+    for r in runs:
+        auto = r.outcome("auto")
+        base = auto.host if auto is not None and auto.status == OK else None
+        row = [r.shape.label]
+        for n in names:
+            o = r.outcome(n)
+            if o is None or o.status != OK or o.host is None:
+                mark = "" if o is None else MARK.get(o.status, o.status)
+                row += [mark, mark]
+                continue
+            row += [_us(o.host.eager_us, base and base.eager_us, n), _us(o.host.replay_us, base and base.replay_us, n)]
+        body.append(row)
+    return head, body
+
+
 @dataclass
 class BenchReport:
     info: dict[str, Any]
@@ -97,9 +128,18 @@ class BenchReport:
     baseline_path: Optional[Path] = None
     notes: list[str] = field(default_factory=list)
     markdown_stdout: bool = False
+    host: bool = False  # --host: the CPU cost per call, not device time
 
     def method(self) -> str:
         i = self.info
+        if self.host:
+            cost = next((o.host for r in self.runs for o in r.outcomes if o.host), None)
+            calls, repeats = (cost.calls, cost.repeats) if cost else (HOST_CALLS, HOST_REPEATS)
+            return (f"GPU {i.get('gpu')} (sku {i.get('sku')}, target {i.get('kernel_target')}); CPU time per call of "
+                    f"{calls} calls issued back to back (device synchronized before and after, outside the span), "
+                    f"median of {repeats} repeats; replay: the call captured once in a CUDA graph; each candidate "
+                    f"checked against the reference first; {self.warmup} warmup calls; torch {i.get('torch')}, "
+                    f"fla {i.get('fla')}")  # fmt: skip
         return (f"GPU {i.get('gpu')} (sku {i.get('sku')}, target {i.get('kernel_target')}); timer {i.get('timer')}"
                 f" ({i.get('timer_note')}); cold L2: {int(i.get('flush_bytes') or 0) >> 20} MiB zeroed before every "
                 f"iteration, outside the timed span; {self.warmup} warmup calls; {self.plan.iterations} timed "
@@ -107,6 +147,8 @@ class BenchReport:
                 f"median of block medians; torch {i.get('torch')}, fla {i.get('fla')}")  # fmt: skip
 
     def rows(self) -> tuple[list[str], list[list[str]]]:
+        if self.host:
+            return host_rows(self.runs)
         names = columns(self.runs)
         body = [[r.shape.label] + [cell(r, n) for n in names] for r in self.runs]
         g = geomeans(self.runs)
@@ -116,6 +158,8 @@ class BenchReport:
     def problems(self) -> list[str]:
         out = [f"{r.shape.label}: {r.error}" for r in self.runs if r.error]
         out += [f"{r.shape.label} {o.name} [{o.status}]: {o.reason}" for r in self.runs for o in r.outcomes if o.status != OK]
+        out += [f"{r.shape.label} {o.name}: no replay figure: {o.host.replay_note}" for r in self.runs for o in r.outcomes
+                if o.host is not None and o.host.replay_note]  # fmt: skip
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -136,11 +180,12 @@ class BenchReport:
             console.print(self.markdown(), markup=False, highlight=False)
             return
         head, body = self.rows()
-        table = Table(title="kdactl bench (median ms; (x) = candidate / auto, >1: auto faster)")
+        title = HOST_TITLE if self.host else "kdactl bench (median ms; (x) = candidate / auto, >1: auto faster)"
+        table = Table(title=title)
         for h in head:
             table.add_column(h, justify="left" if h == "shape" else "right")
         for i, row in enumerate(body):
-            table.add_row(*row, end_section=i == len(body) - 2)
+            table.add_row(*row, end_section=not self.host and i == len(body) - 2)
         console.print(table)
         console.print(self.method(), markup=False)
         for line in self.problems():
@@ -158,7 +203,8 @@ class BenchReport:
         head, body = self.rows()
         lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
         lines += ["| " + " | ".join(row) + " |" for row in body]
-        lines += ["", f"Method: {self.method()}.", "", "(x) = candidate median / auto median; above 1, auto is faster."]
+        lines += ["", f"Method: {self.method()}.", "", HOST_TITLE if self.host else
+                  "(x) = candidate median / auto median; above 1, auto is faster."]  # fmt: skip
         lines += [f"- {p}" for p in self.problems()]
         lines += [f"- gate {g.label}: **{g.status}**: {g.message}" for g in self.gate_rows]
         return "\n".join(lines) + "\n"

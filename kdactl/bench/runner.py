@@ -21,14 +21,15 @@ from kdactl.bench.order import Plan, abba, plan
 from kdactl.bench.progress import NullProgress, Progress, make_progress
 from kdactl.bench.report import BenchReport, verdict
 from kdactl.bench.stats import summarize
-from kdactl.bench.suites import Shape, resolve_shapes
+from kdactl.bench.suites import HOST_SHAPES, Shape, resolve_shapes
 from kdactl.bench.timing import TIMERS
 from kdactl.errors import Inconclusive, UsageError
+from kdactl.kda.routes import ROUTES
 from kdactl.settings import Settings
 
 log = logging.getLogger("kdactl.bench")
 
-KNOWN_ROUTES = ("auto", "direct", "chunk", "small_bh")
+KNOWN_ROUTES = ("auto", *ROUTES)
 KNOWN_PEERS = ("fla",)
 
 
@@ -50,6 +51,7 @@ class BenchOptions:
     plot: Optional[Path] = None
     device: int = 0
     timer: str = "auto"  # "auto" (kineto), or a timer by name: kineto, cupti, cuda-events
+    host: bool = False  # CPU cost per call (eager, graph replay) instead of device time
     as_json: bool = False
 
 
@@ -74,7 +76,9 @@ def _names(text: str, known: tuple[str, ...], option: str) -> tuple[str, ...]:
 
 def check_options(o: BenchOptions) -> Request:
     """Every usage error (exit 2) is raised here, before any GPU is touched."""
-    shapes = resolve_shapes(o.suite, o.shapes, o.varlens, o.heads)
+    shapes = resolve_shapes(o.suite, o.shapes, o.varlens, o.heads, default=HOST_SHAPES if o.host else None)
+    if o.host and (o.gate or o.record_baseline or o.plot is not None):
+        raise UsageError("--host measures the CPU cost per call: it takes no --gate, --record-baseline or --plot")
     routes = _names(o.routes, KNOWN_ROUTES, "--routes") if o.routes is not None else None
     peers = () if o.peers.strip() == "none" else _names(o.peers, KNOWN_PEERS, "--peers")
     if o.iters < 2:
@@ -133,7 +137,7 @@ def run_bench(settings: Settings, options: BenchOptions, harness_factory: Callab
             harness.release()
     rows = bl.gate(runs, old, str(info.get("timer"))) if options.gate and old is not None else []
     code, reasons = verdict(runs, rows, gating=options.gate)
-    report = BenchReport(info, req.plan, options.warmup, runs, rows, code, reasons, baseline_path=path)
+    report = BenchReport(info, req.plan, options.warmup, runs, rows, code, reasons, baseline_path=path, host=options.host)
     if options.record_baseline:
         _record(report, path, old, info, options.tolerance)
     _write_files(report, options)
@@ -188,8 +192,20 @@ def run_shape(harness: Harness, shape: Shape, req: Request, prog: Progress | Nul
         return run
     live = _check_all(cands, run, prog)
     live = _warm_all(live, run, req.options.warmup, prog)
-    _time_all(harness, live, run, req.plan, prog)
+    if req.options.host:
+        _host_all(harness, live, run, prog)
+    else:
+        _time_all(harness, live, run, req.plan, prog)
     return run
+
+
+def _host_all(harness: Harness, live, run: ShapeRun, prog) -> None:
+    for c, o in live:
+        prog.phase(f"{run.shape.label}: host cost of {c.name}")
+        try:
+            o.host = harness.host_cost(c.run)
+        except Exception as err:  # noqa: BLE001
+            _fail(o, ERROR, f"host timing raised {type(err).__name__}: {err}")
 
 
 def _fail(o: Outcome, status: str, why: str) -> None:

@@ -65,6 +65,9 @@ SUITES: dict[str, tuple[Shape, ...]] = {
                 varlen(SERVING_VARLEN, 96)),  # fmt: skip
 }
 SUITE_NAMES = (*SUITES, "all")
+# What --host measures when no shape is named: a decode-sized prefill, where the host's cost of
+# issuing the call, not the GPU's time, is what a serving engine waits on (issue 16).
+HOST_SHAPES = (fixed(1, 64, 4), varlen((16, 64, 32, 128), 4))
 
 
 def suite_shapes(name: str) -> tuple[Shape, ...]:
@@ -105,12 +108,15 @@ def parse_varlen(text: str, heads: int | None) -> Shape:
     return varlen(lengths, heads)
 
 
-def resolve_shapes(suite: str | None, shapes=(), varlens=(), heads: int | None = None) -> list[Shape]:
-    """The shapes to run: the suite's (smoke when nothing is named), then --shape, then --varlen;
-    duplicates dropped, order kept."""
+def resolve_shapes(suite: str | None, shapes=(), varlens=(), heads: int | None = None,
+                   default: tuple[Shape, ...] | None = None) -> list[Shape]:  # fmt: skip
+    """The shapes to run: the suite's (``default``, else smoke, when nothing is named), then --shape,
+    then --varlen; duplicates dropped, order kept."""
     picked: list[Shape] = []
-    if suite is not None or not (shapes or varlens):
-        picked.extend(suite_shapes(suite or "smoke"))
+    if suite is not None:
+        picked.extend(suite_shapes(suite))
+    elif not (shapes or varlens):
+        picked.extend(default if default is not None else suite_shapes("smoke"))
     picked.extend(parse_shape(s) for s in shapes)
     picked.extend(parse_varlen(v, heads) for v in varlens)
     if heads is not None and not varlens:
