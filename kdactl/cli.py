@@ -11,7 +11,7 @@ import typer
 from typer.core import TyperGroup
 
 from kdactl.errors import EXIT_INCONCLUSIVE, KdactlError
-from kdactl.report import Report, emit, emit_error
+from kdactl.emit import Report, emit, emit_error
 from kdactl.settings import Settings
 
 try:  # typer >= 0.22 carries its own copy of click

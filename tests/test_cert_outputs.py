@@ -89,7 +89,7 @@ def test_summary_table_renders_statuses_and_verdict(tmp_path):
 
 
 def test_json_is_one_document(tmp_path, monkeypatch, capsys):
-    from kdactl.report import emit
+    from kdactl.emit import emit
 
     s = cf.settings(tmp_path)
     rep = certify_command(s, CertifyOptions(as_json=True), cf.deps(cf.node(2)))

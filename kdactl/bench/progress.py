@@ -53,7 +53,7 @@ class BarProgress:
     def __init__(self):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
 
-        from kdactl.report import stderr_console
+        from kdactl.emit import stderr_console
 
         self._bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=stderr_console(), transient=True)  # fmt: skip

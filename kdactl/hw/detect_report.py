@@ -13,7 +13,7 @@ from rich.table import Table
 from kdactl.errors import EXIT_INCONCLUSIVE, EXIT_PASS
 from kdactl.hw.driver import version_str
 from kdactl.hw.facts import NodeFacts
-from kdactl.report import stderr_console
+from kdactl.emit import stderr_console
 
 SCHEMA = "kdactl.detect/v1"
 

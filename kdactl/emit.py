@@ -1,4 +1,5 @@
-"""How a command's result leaves the process: one JSON document on stdout, or rich text."""
+"""The stdout emitter: how a command's result leaves the process, as one JSON document on stdout
+or as rich text (the results themselves, each command's "report", live with their commands)."""
 
 from __future__ import annotations
 
