@@ -45,8 +45,10 @@ static inline int kdactl_launch_status() { return (int)cudaGetLastError(); }
 // the device check and the device's SM count. 0 with *sms == 0 means an empty batch (nothing to do).
 static inline int kdactl_launch_prologue(const kdactl_kda_args* a, int* sms) {
   *sms = 0;
-  if (a == nullptr) return KDACTL_ERR_BAD_ARGUMENT;
-  if (a->batch < 0 || a->batch > 65535 || a->heads <= 0 || a->heads > 65535 || a->seqlen < 0) return KDACTL_ERR_BAD_ARGUMENT;
+  if (a == nullptr) return KDACTL_ERR_BAD_ARGS;
+  if (a->batch < 0 || a->batch > KDACTL_MAX_GRID_DIM) return KDACTL_ERR_BAD_BATCH;
+  if (a->heads <= 0 || a->heads > KDACTL_MAX_GRID_DIM) return KDACTL_ERR_BAD_HEADS;
+  if (a->seqlen < 0) return KDACTL_ERR_BAD_SEQLEN;
   if (a->batch == 0) return 0;
   if (int rc = kdactl_check_device()) return rc;
   int dev = 0;
@@ -55,6 +57,8 @@ static inline int kdactl_launch_prologue(const kdactl_kda_args* a, int* sms) {
   return 0;
 }
 
-// Workspace sizes of the routes that need one (0 for an unsupported shape); library.cu dispatches.
-uint64_t kdactl_chunk_workspace_bytes(const kdactl_kda_args& a);
-uint64_t kdactl_small_bh_workspace_bytes(const kdactl_kda_args& a);
+// Every route's workspace size (0 when it needs none, or for a shape it has no kernel for), defined
+// beside its launcher; library.cu's route table dispatches kdactl_kda_workspace_bytes to them.
+#define KDACTL_DECLARE_WORKSPACE_BYTES(id, name) uint64_t kdactl_##name##_workspace_bytes(const kdactl_kda_args& a);
+KDACTL_ROUTES(KDACTL_DECLARE_WORKSPACE_BYTES)
+#undef KDACTL_DECLARE_WORKSPACE_BYTES

@@ -20,7 +20,7 @@ RecurShape pick_recur(const kdactl_kda_args& a, int V, int sm_count) {
 
 template <int K, int V>
 int launch(const kdactl_kda_args& a, RecurShape rs, int optin, cudaStream_t stream) {
-  if (a.workspace == nullptr || a.workspace_bytes < blocks_bytes<K, V>(a)) return KDACTL_ERR_BAD_ARGUMENT;
+  if (a.workspace == nullptr || a.workspace_bytes < blocks_bytes<K, V>(a)) return KDACTL_ERR_BAD_WORKSPACE;
   if (int rc = launch_prepare<K, V>(a, stream)) return rc;
   return launch_pass<K, V, Pass::kWhole>(a, Segments{}, a.batch, rs, optin, stream);
 }
@@ -28,7 +28,7 @@ int launch(const kdactl_kda_args& a, RecurShape rs, int optin, cudaStream_t stre
 }  // namespace
 
 uint64_t kdactl_chunk_workspace_bytes(const kdactl_kda_args& a) {
-  if (!square_head(a)) return 0;
+  if (head_error(a)) return 0;
   return a.key_dim == 64 ? blocks_bytes<64, 64>(a) : blocks_bytes<128, 128>(a);
 }
 
@@ -36,7 +36,7 @@ extern "C" int kdactl_kda_chunk(const kdactl_kda_args* args, void* stream) {
   int sms = 0;
   if (int rc = kdactl_launch_prologue(args, &sms)) return rc;
   const kdactl_kda_args& a = *args;
-  if (!square_head(a)) return KDACTL_ERR_UNSUPPORTED;
+  if (int rc = head_error(a)) return rc;
   if (sms == 0) return 0;
   auto s = static_cast<cudaStream_t>(stream);
   const RecurShape rs = pick_recur(a, a.value_dim, sms);

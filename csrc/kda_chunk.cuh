@@ -21,7 +21,7 @@ namespace kdactl {
 namespace chunk {
 
 using bf16 = __nv_bfloat16;
-constexpr int C = 16;                  // tokens per chunk
+constexpr int C = KDACTL_CHUNK;        // tokens per chunk
 constexpr float kLog2e = 1.4426950408889634f;
 // A and P are formed as (K e^G)(K e^-G)^T on tensor cores while every key's in-chunk decay stays
 // above -kExactBelow (e^-G then fits easily in fp32); past it, exactly, term by term.

@@ -12,8 +12,11 @@ uint64_t blocks_bytes(const kdactl_kda_args& a) {
   return static_cast<uint64_t>(num_slots(a)) * a.heads * Block<K, V>::kBytes;
 }
 
-inline bool square_head(const kdactl_kda_args& a) {
-  return a.key_dim == a.value_dim && (a.key_dim == 64 || a.key_dim == 128);
+// 0 when the chunked kernels are built for these head dims (K == V in {64, 128}), else the code
+// naming the one that is not.
+inline int head_error(const kdactl_kda_args& a) {
+  if (a.key_dim != 64 && a.key_dim != 128) return KDACTL_ERR_BAD_KEY_DIM;
+  return a.value_dim == a.key_dim ? 0 : KDACTL_ERR_BAD_VALUE_DIM;
 }
 
 struct RecurShape {
@@ -45,8 +48,8 @@ int launch_prepare(const kdactl_kda_args& a, cudaStream_t stream) {
 // The recurrence over `units` (sequences, or segment slots) per head.
 template <int K, int V, int WARPS, int STAGES, Pass PASS>
 int launch_recur(const kdactl_kda_args& a, const Segments& sg, int64_t units, cudaStream_t stream) {
-  if (V % (16 * WARPS) != 0) return KDACTL_ERR_UNSUPPORTED;
-  if (units > 65535) return KDACTL_ERR_UNSUPPORTED;
+  if (V % (16 * WARPS) != 0) return KDACTL_ERR_BAD_TUNING;  // only a tuning code asks for that many warps
+  if (units > KDACTL_MAX_GRID_DIM) return KDACTL_ERR_UNSUPPORTED;
   auto kernel = kda_chunk_recur<K, V, WARPS, STAGES, PASS>;
   const size_t smem = recur_smem<K, WARPS, STAGES>();
   if (int rc = set_smem(kernel, smem)) return rc;
@@ -77,9 +80,10 @@ int launch_pass(const kdactl_kda_args& a, const Segments& sg, int64_t units, Rec
   }
 }
 
-// tuning (benchmarks): 10 * stages + warps, e.g. 84; or warps alone; 0 keeps `rs`.
+// tuning (benchmarks): KDACTL_TUNING_STAGES * stages + warps, e.g. 84; or warps alone;
+// KDACTL_TUNING_AUTO keeps `rs`.
 inline RecurShape tuned(RecurShape rs, int tuning) {
-  const int tw = tuning % 10, ts = tuning / 10;
+  const int tw = tuning % KDACTL_TUNING_STAGES, ts = tuning / KDACTL_TUNING_STAGES;
   if (tw == 1 || tw == 2 || tw == 4 || tw == 8) rs.warps = tw;
   if (ts == 4 || ts == 8) rs.stages = ts;
   return rs;

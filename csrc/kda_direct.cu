@@ -22,7 +22,7 @@ int pick_columns(const kdactl_kda_args& a, int sm_count) {
 template <int K, int kCols>
 int launch_cols(const kdactl_kda_args& a, cudaStream_t stream) {
   const int cta_cols = kWarps * kCols;
-  if (a.value_dim % cta_cols != 0) return KDACTL_ERR_UNSUPPORTED;
+  if (a.value_dim % cta_cols != 0) return a.tuning == kCols ? KDACTL_ERR_BAD_TUNING : KDACTL_ERR_BAD_VALUE_DIM;
   const dim3 grid(a.value_dim / cta_cols, a.heads, static_cast<unsigned>(a.batch));
   if (a.g_is_bf16) {
     kda_direct_kernel<K, kCols, true><<<grid, kWarps * 32, 0, stream>>>(a);
@@ -43,17 +43,19 @@ int launch_k(const kdactl_kda_args& a, int cols, cudaStream_t stream) {
 
 }  // namespace
 
+uint64_t kdactl_direct_workspace_bytes(const kdactl_kda_args&) { return 0; }  // the state stays on chip
+
 extern "C" int kdactl_kda_direct(const kdactl_kda_args* args, void* stream) {
   int sms = 0;
   if (int rc = kdactl_launch_prologue(args, &sms)) return rc;
   const kdactl_kda_args& a = *args;
-  if (a.value_dim > 128 || a.value_dim % 16 != 0) return KDACTL_ERR_UNSUPPORTED;
+  if (a.value_dim > 128 || a.value_dim % 16 != 0) return KDACTL_ERR_BAD_VALUE_DIM;
   if (sms == 0) return 0;
   const int cols = pick_columns(a, sms);
   auto s = static_cast<cudaStream_t>(stream);
   switch (a.key_dim) {
     case 64: return launch_k<64>(a, cols, s);
     case 128: return launch_k<128>(a, cols, s);
-    default: return KDACTL_ERR_UNSUPPORTED;
+    default: return KDACTL_ERR_BAD_KEY_DIM;
   }
 }

@@ -117,25 +117,38 @@ int launch_stitch(const kdactl_kda_args& a, const Segments& sg, int optin, cudaS
   return kdactl_launch_status();
 }
 
+// The recurrence shape the plan (kdactl.kda.routes.small_bh_plan) counts on: KDACTL_SMALL_BH_CTAS_PER_SM
+// of these CTAs share an SM (at K = 128, 64.5 KB of shared memory each plus the 1 KB the hardware
+// reserves per CTA, in the 228 KB of an sm_90 / sm_100 SM), and one more would not fit.
+constexpr RecurShape kPlanned = {2, 4};
+constexpr size_t kPlannedCtaBytes = recur_smem<128, kPlanned.warps, kPlanned.stages>() + 1024;
+static_assert(KDACTL_SMALL_BH_CTAS_PER_SM * kPlannedCtaBytes <= 228 * 1024 &&
+                  (KDACTL_SMALL_BH_CTAS_PER_SM + 1) * kPlannedCtaBytes > 228 * 1024,
+              "the small_bh recurrence no longer fits exactly KDACTL_SMALL_BH_CTAS_PER_SM CTAs in an SM");
+
 template <int K, int V>
 int launch(const kdactl_kda_args& a, int optin, cudaStream_t stream) {
-  if (a.workspace == nullptr || a.workspace_bytes < workspace_bytes<K, V>(a)) return KDACTL_ERR_BAD_ARGUMENT;
+  if (a.workspace == nullptr || a.workspace_bytes < workspace_bytes<K, V>(a)) return KDACTL_ERR_BAD_WORKSPACE;
   const Segments sg = segments_of<K, V>(a);
-  if (2 * a.batch * sg.count > 65535) return KDACTL_ERR_UNSUPPORTED;
-  // 2 warps and 4 stages: the plan counts on three of these CTAs per SM.
-  const RecurShape rs = tuned({2, 4}, a.tuning);
+  if (2 * a.batch * sg.count > KDACTL_MAX_GRID_DIM) return KDACTL_ERR_BAD_SEGMENT_CHUNKS;  // the reduction's grid z
+  const RecurShape rs = tuned(kPlanned, a.tuning);
   if (int rc = launch_prepare<K, V>(a, stream)) return rc;
   if (int rc = launch_pass<K, V, Pass::kReduce>(a, sg, 2 * a.batch * sg.count, rs, optin, stream)) return rc;
   if (int rc = launch_stitch<K, V>(a, sg, optin, stream)) return rc;
   return launch_pass<K, V, Pass::kReplay>(a, sg, a.batch * sg.count, rs, optin, stream);
 }
 
-bool supported(const kdactl_kda_args& a) { return square_head(a) && a.cu_seqlens == nullptr && a.segment_chunks > 0; }
+// 0 when this route has a kernel for `a`, else the code naming the argument that stops it.
+int argument_error(const kdactl_kda_args& a) {
+  if (int rc = head_error(a)) return rc;
+  if (a.cu_seqlens != nullptr) return KDACTL_ERR_BAD_CU_SEQLENS;
+  return a.segment_chunks > 0 ? 0 : KDACTL_ERR_BAD_SEGMENT_CHUNKS;
+}
 
 }  // namespace
 
 uint64_t kdactl_small_bh_workspace_bytes(const kdactl_kda_args& a) {
-  if (!supported(a)) return 0;
+  if (argument_error(a)) return 0;
   return a.key_dim == 64 ? workspace_bytes<64, 64>(a) : workspace_bytes<128, 128>(a);
 }
 
@@ -143,9 +156,9 @@ extern "C" int kdactl_kda_small_bh(const kdactl_kda_args* args, void* stream) {
   int sms = 0;
   if (int rc = kdactl_launch_prologue(args, &sms)) return rc;
   const kdactl_kda_args& a = *args;
-  if (!supported(a)) return a.segment_chunks > 0 ? KDACTL_ERR_UNSUPPORTED : KDACTL_ERR_BAD_ARGUMENT;
+  if (int rc = argument_error(a)) return rc;
   if (sms == 0) return 0;
-  if (segment_count(a) < 1) return KDACTL_ERR_UNSUPPORTED;  // T = 0: the plan never sends it here
+  if (segment_count(a) < 1) return KDACTL_ERR_BAD_SEQLEN;  // T = 0: the plan never sends it here
   auto s = static_cast<cudaStream_t>(stream);
   const int optin = smem_optin();
   return a.key_dim == 64 ? launch<64, 64>(a, optin, s) : launch<128, 128>(a, optin, s);

@@ -8,23 +8,67 @@
 extern "C" {
 #endif
 
-#define KDACTL_ABI_VERSION 3
+#define KDACTL_ABI_VERSION 4
+
+// Facts the Python side is built on: kdactl.kda.routes holds each one under the name without the
+// prefix, and the loader refuses a library whose values (kdactl_constant) differ.
+#define KDACTL_MAX_GRID_DIM 65535      // heads, sequences and segment slots each map to grid y or z
+#define KDACTL_CHUNK 16                // tokens per chunk of the chunked routes
+#define KDACTL_TUNING_AUTO 0           // tuning code: the launcher picks the kernel variant
+#define KDACTL_TUNING_STAGES 10        // chunked routes' tuning codes: KDACTL_TUNING_STAGES * stages + warps
+#define KDACTL_SMALL_BH_CTAS_PER_SM 3  // small_bh's recurrence CTAs one SM holds: its plan fills one wave
+
+// The route table, X(id, name), ids 0, 1, ... in order; kdactl.kda.routes.ROUTE_TABLE lists the same
+// (the loader compares them through kdactl_route_count / kdactl_route_name). Route `name` is launched
+// by kdactl_kda_<name> (declared below) and sized by kdactl_<name>_workspace_bytes (common.cuh).
+#define KDACTL_ROUTES(X)                                                                         \
+  X(0, direct)   /* token-serial recurrence, state on chip, V columns split across CTAs */       \
+  X(1, chunk)    /* chunked WY/UT form on tensor cores: a prepare pass, then the recurrence;  */ \
+                 /* K == V in {64, 128}, needs a workspace */                                    \
+  X(2, small_bh) /* the chunked kernels on segments of each sequence at once, stitched by the */ \
+                 /* segments' affine state maps; fixed layout, K == V, segment_chunks > 0, a workspace */
 
 // kdactl's own error codes, above the cudaError_t range.
-#define KDACTL_ERR_WRONG_DEVICE 10001   // device compute capability cannot run this build's target
-#define KDACTL_ERR_BAD_ARGUMENT 10002   // the launcher rejected its arguments (Python validates first)
-#define KDACTL_ERR_UNSUPPORTED 10003    // shape/config this build has no kernel for
+enum {
+  KDACTL_ERR_WRONG_DEVICE = 10001,  // device compute capability cannot run this build's target
+  KDACTL_ERR_UNSUPPORTED = 10003,   // a configuration this build has no kernel for (grid size, shared memory)
+  // Bad arguments, one code per argument (kdactl_error_argument names it, so that Python raises a
+  // ValueError naming it). kdactl.kda.prefill validates first: these catch the C side disagreeing.
+  KDACTL_ERR_BAD_ARGS = 10100,     // args is NULL
+  KDACTL_ERR_BAD_OUT,              // the result pointer `out` is NULL
+  KDACTL_ERR_BAD_COUNT,            // kdactl_selftest's n
+  KDACTL_ERR_BAD_NAME,             // kdactl_constant's name
+  KDACTL_ERR_BAD_ROUTE,            // a route id outside the route table
+  KDACTL_ERR_BAD_BATCH,            // from here on: fields of kdactl_kda_args
+  KDACTL_ERR_BAD_SEQLEN,
+  KDACTL_ERR_BAD_HEADS,
+  KDACTL_ERR_BAD_KEY_DIM,
+  KDACTL_ERR_BAD_VALUE_DIM,
+  KDACTL_ERR_BAD_CU_SEQLENS,
+  KDACTL_ERR_BAD_TUNING,
+  KDACTL_ERR_BAD_WORKSPACE,
+  KDACTL_ERR_BAD_SEGMENT_CHUNKS,
+  KDACTL_ERR_BAD_END  // one past the last bad-argument code (not a code)
+};
 
 int kdactl_abi_version(void);
 // The target this library was compiled for, e.g. "sm_90a".
 const char* kdactl_target_name(void);
 // Message for a code returned by any entry point.
 const char* kdactl_error_string(int code);
+// The argument a KDACTL_ERR_BAD_* code names ("heads", "workspace", ...); NULL for any other code.
+const char* kdactl_error_argument(int code);
+// The value of KDACTL_<name>, for the facts above and ERR_WRONG_DEVICE (name without the prefix,
+// e.g. "MAX_GRID_DIM"); KDACTL_ERR_BAD_NAME for any other name.
+int kdactl_constant(const char* name, int64_t* out);
+// The route table: its length, and the name of route `id` (NULL outside 0 .. count - 1).
+int kdactl_route_count(void);
+const char* kdactl_route_name(int id);
 // 0 when the current device can run this build's code, else KDACTL_ERR_WRONG_DEVICE or a CUDA error.
 int kdactl_check_device(void);
 
 // The id of the CUDA graph capture under way on stream (0 when it is not capturing).
-int kdactl_stream_capture_id(void* stream, unsigned long long* id);
+int kdactl_stream_capture_id(void* stream, unsigned long long* out);
 
 // Device self-test: out[i] = kdactl_selftest_value(i, seed) for i < n, computed with integer ALU,
 // warp shuffles and a shared-memory round trip. Python recomputes the expected values.
@@ -51,24 +95,20 @@ typedef struct {
   int32_t g_is_bf16;            // 0: fp32 g, 1: bf16 g
   int32_t beta_is_bf16;         // 0: fp32 beta, 1: bf16 beta
   int32_t cu_seqlens_is_int32;  // 0: int64 cu_seqlens, 1: int32
-  int32_t tuning;               // route-specific variant for benchmarks; 0 = the launcher's choice
+  int32_t tuning;               // route-specific variant for benchmarks; KDACTL_TUNING_AUTO = the launcher's choice
   float scale;
   void* workspace;              // route scratch memory (kdactl_kda_workspace_bytes); may be NULL when 0
   uint64_t workspace_bytes;     // its size
   int32_t segment_chunks;       // route small_bh: chunks per segment (kdactl.kda.routes plans it)
 } kdactl_kda_args;
 
-// Scratch memory `route` ("direct", "chunk", ...) needs for these shapes (pointers are not read).
-int kdactl_kda_workspace_bytes(const kdactl_kda_args* args, const char* route, uint64_t* bytes);
+// Scratch bytes route `route` (an id of KDACTL_ROUTES) needs for these shapes (pointers are not read).
+int kdactl_kda_workspace_bytes(const kdactl_kda_args* args, int route, uint64_t* out);
 
-// Route "direct": token-serial recurrence, state on chip, V columns split across CTAs.
-int kdactl_kda_direct(const kdactl_kda_args* args, void* stream);
-// Route "chunk": the chunked WY/UT form on tensor cores (a prepare pass, then the state recurrence).
-// K == V in {64, 128}; needs a workspace.
-int kdactl_kda_chunk(const kdactl_kda_args* args, void* stream);
-// Route "small_bh": the chunked kernels run on segments of each sequence at once, stitched by the
-// segments' affine state maps. Fixed layout, K == V in {64, 128}, segment_chunks > 0; a workspace.
-int kdactl_kda_small_bh(const kdactl_kda_args* args, void* stream);
+// Each route's launcher: checks what Python cannot see, then launches on the caller's stream.
+#define KDACTL_DECLARE_LAUNCHER(id, name) int kdactl_kda_##name(const kdactl_kda_args* args, void* stream);
+KDACTL_ROUTES(KDACTL_DECLARE_LAUNCHER)
+#undef KDACTL_DECLARE_LAUNCHER
 
 #ifdef __cplusplus
 }

@@ -1,19 +1,114 @@
-// Library-wide entry points: ABI version, target name, error strings, device check.
+// Library-wide entry points: ABI version, target name, error strings, the tables Python checks at
+// load time (routes, constants), device check, capture id, and route workspace sizes.
 #include <string.h>
 #include "common.cuh"
+
+namespace {
+
+#define KDACTL_STR_(x) #x
+#define KDACTL_STR(x) KDACTL_STR_(x)
+
+struct Route {
+  int id;
+  const char* name;
+  uint64_t (*workspace_bytes)(const kdactl_kda_args&);
+};
+#define KDACTL_ROUTE_ENTRY(id, name) {id, #name, kdactl_##name##_workspace_bytes},
+constexpr Route kRoutes[] = {KDACTL_ROUTES(KDACTL_ROUTE_ENTRY)};
+constexpr int kRouteCount = sizeof(kRoutes) / sizeof(kRoutes[0]);
+
+constexpr bool route_ids_are_indices() {
+  for (int i = 0; i < kRouteCount; ++i)
+    if (kRoutes[i].id != i) return false;
+  return true;
+}
+static_assert(route_ids_are_indices(), "KDACTL_ROUTES: ids must be 0, 1, 2, ... in order (Python indexes by id)");
+
+struct Constant {
+  const char* name;
+  int64_t value;
+};
+#define KDACTL_CONSTANT(name) {#name, KDACTL_##name}
+constexpr Constant kConstants[] = {
+    KDACTL_CONSTANT(MAX_GRID_DIM),
+    KDACTL_CONSTANT(CHUNK),
+    KDACTL_CONSTANT(TUNING_AUTO),
+    KDACTL_CONSTANT(TUNING_STAGES),
+    KDACTL_CONSTANT(SMALL_BH_CTAS_PER_SM),
+    KDACTL_CONSTANT(ERR_WRONG_DEVICE),  // the one error code Python tells apart by its value
+};
+
+// One entry per bad-argument code, in code order from KDACTL_ERR_BAD_ARGS.
+struct ArgumentError {
+  int code;
+  const char* argument;
+  const char* message;
+};
+constexpr ArgumentError kArgumentErrors[] = {
+    {KDACTL_ERR_BAD_ARGS, "args", "args is NULL"},
+    {KDACTL_ERR_BAD_OUT, "out", "the result pointer out is NULL"},
+    {KDACTL_ERR_BAD_COUNT, "n", "n must be positive"},
+    {KDACTL_ERR_BAD_NAME, "name", "name is no constant of this library"},
+    {KDACTL_ERR_BAD_ROUTE, "route", "route is no id of this library's route table"},
+    {KDACTL_ERR_BAD_BATCH, "batch", "batch must be in 0.." KDACTL_STR(KDACTL_MAX_GRID_DIM)},
+    {KDACTL_ERR_BAD_SEQLEN, "seqlen", "seqlen must be >= 0, and > 0 for a segmented route"},
+    {KDACTL_ERR_BAD_HEADS, "heads", "heads must be in 1.." KDACTL_STR(KDACTL_MAX_GRID_DIM)},
+    {KDACTL_ERR_BAD_KEY_DIM, "key_dim", "key_dim has no kernel in this route"},
+    {KDACTL_ERR_BAD_VALUE_DIM, "value_dim", "value_dim has no kernel in this route"},
+    {KDACTL_ERR_BAD_CU_SEQLENS, "cu_seqlens", "cu_seqlens must be NULL: this route takes the fixed-length layout"},
+    {KDACTL_ERR_BAD_TUNING, "tuning", "tuning asks for a kernel variant wider than value_dim"},
+    {KDACTL_ERR_BAD_WORKSPACE, "workspace", "workspace is NULL or smaller than kdactl_kda_workspace_bytes"},
+    {KDACTL_ERR_BAD_SEGMENT_CHUNKS, "segment_chunks",
+     "segment_chunks must be positive and cut at most " KDACTL_STR(KDACTL_MAX_GRID_DIM) " reduction slots"},
+};
+constexpr int kArgumentErrorCount = sizeof(kArgumentErrors) / sizeof(kArgumentErrors[0]);
+
+constexpr bool argument_errors_in_code_order() {
+  for (int i = 0; i < kArgumentErrorCount; ++i)
+    if (kArgumentErrors[i].code != KDACTL_ERR_BAD_ARGS + i) return false;
+  return kArgumentErrorCount == KDACTL_ERR_BAD_END - KDACTL_ERR_BAD_ARGS;
+}
+static_assert(argument_errors_in_code_order(), "kArgumentErrors: one entry per KDACTL_ERR_BAD_* code, in order");
+
+const ArgumentError* argument_error_of(int code) {
+  const int i = code - KDACTL_ERR_BAD_ARGS;
+  return (i >= 0 && i < kArgumentErrorCount) ? &kArgumentErrors[i] : nullptr;
+}
+
+}  // namespace
 
 extern "C" int kdactl_abi_version(void) { return KDACTL_ABI_VERSION; }
 
 extern "C" const char* kdactl_target_name(void) { return KDACTL_TARGET_NAME; }
 
 extern "C" const char* kdactl_error_string(int code) {
+  if (const ArgumentError* e = argument_error_of(code)) return e->message;
   switch (code) {
     case KDACTL_ERR_WRONG_DEVICE: return "device compute capability cannot run this build's target " KDACTL_TARGET_NAME;
-    case KDACTL_ERR_BAD_ARGUMENT: return "kernel launcher rejected its arguments";
     case KDACTL_ERR_UNSUPPORTED: return "no kernel for this configuration in this build";
     default: return cudaGetErrorString((cudaError_t)code);
   }
 }
+
+extern "C" const char* kdactl_error_argument(int code) {
+  const ArgumentError* e = argument_error_of(code);
+  return e ? e->argument : nullptr;
+}
+
+extern "C" int kdactl_constant(const char* name, int64_t* out) {
+  if (out == nullptr) return KDACTL_ERR_BAD_OUT;
+  for (const Constant& c : kConstants) {
+    if (name != nullptr && strcmp(name, c.name) == 0) {
+      *out = c.value;
+      return 0;
+    }
+  }
+  return KDACTL_ERR_BAD_NAME;
+}
+
+extern "C" int kdactl_route_count(void) { return kRouteCount; }
+
+extern "C" const char* kdactl_route_name(int id) { return (id >= 0 && id < kRouteCount) ? kRoutes[id].name : nullptr; }
 
 extern "C" int kdactl_check_device(void) {
   int dev = 0, major = 0, minor = 0;
@@ -31,25 +126,19 @@ extern "C" int kdactl_check_device(void) {
   return ok ? 0 : KDACTL_ERR_WRONG_DEVICE;
 }
 
-extern "C" int kdactl_stream_capture_id(void* stream, unsigned long long* id) {
-  if (id == nullptr) return KDACTL_ERR_BAD_ARGUMENT;
+extern "C" int kdactl_stream_capture_id(void* stream, unsigned long long* out) {
+  if (out == nullptr) return KDACTL_ERR_BAD_OUT;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   unsigned long long capture = 0;
   KDACTL_TRY(cudaStreamGetCaptureInfo(static_cast<cudaStream_t>(stream), &status, &capture));
-  *id = (status == cudaStreamCaptureStatusActive) ? capture : 0ULL;
+  *out = (status == cudaStreamCaptureStatusActive) ? capture : 0ULL;
   return 0;
 }
 
-extern "C" int kdactl_kda_workspace_bytes(const kdactl_kda_args* args, const char* route, uint64_t* bytes) {
-  if (args == nullptr || route == nullptr || bytes == nullptr) return KDACTL_ERR_BAD_ARGUMENT;
-  if (strcmp(route, "direct") == 0) {
-    *bytes = 0;
-  } else if (strcmp(route, "chunk") == 0) {
-    *bytes = kdactl_chunk_workspace_bytes(*args);
-  } else if (strcmp(route, "small_bh") == 0) {
-    *bytes = kdactl_small_bh_workspace_bytes(*args);
-  } else {
-    return KDACTL_ERR_BAD_ARGUMENT;
-  }
+extern "C" int kdactl_kda_workspace_bytes(const kdactl_kda_args* args, int route, uint64_t* out) {
+  if (args == nullptr) return KDACTL_ERR_BAD_ARGS;
+  if (out == nullptr) return KDACTL_ERR_BAD_OUT;
+  if (route < 0 || route >= kRouteCount) return KDACTL_ERR_BAD_ROUTE;
+  *out = kRoutes[route].workspace_bytes(*args);
   return 0;
 }

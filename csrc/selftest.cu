@@ -35,7 +35,8 @@ __global__ void __launch_bounds__(kBlock) selftest_kernel(uint32_t* out, int n, 
 }  // namespace
 
 extern "C" int kdactl_selftest(uint32_t* out, int n, uint32_t seed, void* stream) {
-  if (out == nullptr || n <= 0) return KDACTL_ERR_BAD_ARGUMENT;
+  if (out == nullptr) return KDACTL_ERR_BAD_OUT;
+  if (n <= 0) return KDACTL_ERR_BAD_COUNT;
   const int rc = kdactl_check_device();
   if (rc != 0) return rc;
   const int blocks = (n + kBlock - 1) / kBlock;

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from kdactl.errors import UsageError
+from kdactl.kda.routes import ROUTES  # the expected routes must be routes of this build
 from kdactl.targets import TARGETS
 
 Version = tuple[int, int]
@@ -22,7 +23,6 @@ Version = tuple[int, int]
 SKU_NAMES = ("H100-SXM", "H100-PCIe", "H200", "B200", "GB200", "B300", "GB300", "A100", "L40S", "RTX-PRO-6000")
 # Shape classes: decode_like (T < 16, under one chunk), serving (many heads), small_bh (few heads, long T).
 SHAPE_CLASSES = ("decode_like", "serving", "small_bh")
-ROUTES = ("direct", "chunk", "small_bh")
 _VERSION = re.compile(r"^(\d+)\.(\d+)$")
 _FIELDS = {"cc", "sm_count", "memory_gib", "l2_mib", "form", "note", "targets", "routes"}
 

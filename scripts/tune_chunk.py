@@ -10,6 +10,7 @@ import torch
 from kdactl.bench.timing import L2Flusher, make_timer
 from kdactl.kda import prefill
 from kdactl.kda.inputs import random_inputs
+from kdactl.kda.routes import TUNING_AUTO, TUNING_STAGES
 from kdactl.reference import error_ratio
 
 SERVING = [(1, 8192, 64, None), (1, 8192, 96, None), (2, 16384, 64, None), (8, 4096, 12, None),
@@ -17,7 +18,8 @@ SERVING = [(1, 8192, 64, None), (1, 8192, 96, None), (2, 16384, 64, None), (8, 4
 SMALL_BH = [(1, 65536, 8, None), (1, 65536, 4, None), (1, 131072, 1, None), (1, 1048576, 1, None)]
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--tunings", default="0,24,44,28,48,18,84,88")
+ap.add_argument("--tunings", default="0,24,44,28,48,18,84,88",
+                help=f"tuning codes: {TUNING_STAGES} * stages + warps, {TUNING_AUTO} = the launcher's choice")
 ap.add_argument("--iters", type=int, default=10)
 ap.add_argument("--route", default="chunk", choices=["chunk", "small_bh"])
 ap.add_argument("--shapes", default="all", choices=["serving", "small-bh", "all"])

@@ -28,13 +28,12 @@ def pytest_collection_modifyitems(config, items):
 
 # --- kernel library build/load (kdactl.jit) ----------------------------------------------------
 
-TINY_KDA_STUB = """// Test stub: the tiny library has every ABI entry point but no KDA kernel.
+TINY_KDA_STUB = """// Test stub: the tiny library has every ABI entry point and the real route table, but no KDA kernel.
 #include "common.cuh"
-extern "C" int kdactl_kda_direct(const kdactl_kda_args*, void*) { return KDACTL_ERR_UNSUPPORTED; }
-extern "C" int kdactl_kda_chunk(const kdactl_kda_args*, void*) { return KDACTL_ERR_UNSUPPORTED; }
-extern "C" int kdactl_kda_small_bh(const kdactl_kda_args*, void*) { return KDACTL_ERR_UNSUPPORTED; }
-uint64_t kdactl_chunk_workspace_bytes(const kdactl_kda_args&) { return 0; }
-uint64_t kdactl_small_bh_workspace_bytes(const kdactl_kda_args&) { return 0; }
+#define KDACTL_STUB_ROUTE(id, name)                                                                 \\
+  extern "C" int kdactl_kda_##name(const kdactl_kda_args*, void*) { return KDACTL_ERR_UNSUPPORTED; } \\
+  uint64_t kdactl_##name##_workspace_bytes(const kdactl_kda_args&) { return 0; }
+KDACTL_ROUTES(KDACTL_STUB_ROUTE)
 """
 
 

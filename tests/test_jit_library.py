@@ -15,8 +15,10 @@ from kdactl.errors import EXIT_INCONCLUSIVE, BuildError, ToolMissing, UsageError
 from kdactl.hw.toolkit import Toolkit, find_toolkit
 from kdactl.jit import aot, library
 from kdactl.jit.command import compile_targets
-from kdactl.jit.library import KdaArgs, Kernels, KernelError, load_kernels, open_kernels, open_library
+from kdactl.jit.library import (EXPECTED_CONSTANTS, KdaArgs, KernelArgumentError, Kernels, KernelError, check_tables,
+                                load_kernels, open_kernels, open_library)  # fmt: skip
 from kdactl.jit.selftest import BLOCK, compare, expected_values, mix, run_selftest
+from kdactl.kda.routes import ROUTE_TABLE, ROUTES
 from kdactl.settings import Settings
 from kdactl.targets import get_target
 
@@ -55,9 +57,68 @@ def test_kda_args_matches_the_c_struct_layout(tmp_path):
         assert int(layout[name]) == getattr(KdaArgs, name).offset, name
 
 
+@needs_cc
+def test_the_c_header_lists_the_python_routes_and_constants(tmp_path):
+    from kdactl.assets import csrc_dir
+
+    lines = ['#define ROUTE(id, name) printf("route %d %s\\n", id, #name);', "KDACTL_ROUTES(ROUTE)"]
+    lines += [f'printf("KDACTL_{n} %lld\\n", (long long)KDACTL_{n});' for n in EXPECTED_CONSTANTS]
+    out = _run_c(tmp_path, "\n".join(lines), f'#include "{csrc_dir() / "kdactl_api.h"}"')
+    routes = [line.split()[1:] for line in out.splitlines() if line.startswith("route ")]
+    assert routes == [[str(r.id), r.name] for r in ROUTE_TABLE]
+    constants = dict(line.split() for line in out.splitlines() if line.startswith("KDACTL_"))
+    assert constants == {f"KDACTL_{n}": str(v) for n, v in EXPECTED_CONSTANTS.items()}
+
+
 def test_kda_args_takes_data_ptr_ints():
     args = KdaArgs(q=0x7F0000001000, batch=2, scale=0.125, cu_seqlens=None)
     assert args.q == 0x7F0000001000 and args.cu_seqlens is None and args.batch == 2
+
+
+# --- the load-time check of the route table and the shared constants -----------------------------
+
+
+class _TableLib:
+    """The table entry points of a library whose routes and constants the test chooses."""
+
+    def __init__(self, routes=ROUTES, **constants):
+        self.routes = [name.encode() for name in routes]
+        self.constants = {**EXPECTED_CONSTANTS, **constants}
+
+    def kdactl_route_count(self):
+        return len(self.routes)
+
+    def kdactl_route_name(self, i):
+        return self.routes[i] if 0 <= i < len(self.routes) else None
+
+    def kdactl_constant(self, name, out):
+        value = self.constants.get(name.decode())
+        if value is None:
+            return 10103  # KDACTL_ERR_BAD_NAME
+        out._obj.value = value
+        return 0
+
+
+def test_check_tables_accepts_the_library_of_this_registry():
+    check_tables(_TableLib(), Path("/x/libkdactl.so"))
+
+
+@pytest.mark.parametrize("routes, why", [
+    (("direct", "chunk"), "route 2 is missing in the library, 'small_bh' in kdactl"),
+    (("direct", "small_bh", "chunk"), "route 1 is 'small_bh' in the library, 'chunk' in kdactl; route 2 is 'chunk'"),
+    ((*ROUTES, "segmented"), "route 3 is 'segmented' in the library, missing in kdactl"),
+], ids=["one-missing", "two-swapped", "one-extra"])  # fmt: skip
+def test_check_tables_names_each_route_that_differs(routes, why):
+    with pytest.raises(BuildError, match=f"/x/libkdactl.so does not match kdactl.kda.routes: {why}"):
+        check_tables(_TableLib(routes), Path("/x/libkdactl.so"))
+
+
+def test_check_tables_names_each_constant_that_differs():
+    lib = _TableLib(MAX_GRID_DIM=1024, SMALL_BH_CTAS_PER_SM=None)
+    with pytest.raises(BuildError) as err:
+        check_tables(lib, Path("/x/libkdactl.so"))
+    assert "KDACTL_MAX_GRID_DIM is 1024 in the library, 65535 in kdactl" in str(err.value)
+    assert "KDACTL_SMALL_BH_CTAS_PER_SM is missing in the library, 3 in kdactl" in str(err.value)
 
 
 # --- Kernels.check --------------------------------------------------------------------------------
@@ -65,7 +126,12 @@ def test_kda_args_takes_data_ptr_ints():
 
 class _FakeLib:
     def kdactl_error_string(self, rc):
-        return {10001: b"device compute capability cannot run this build's target sm_90a"}.get(rc, b"an illegal memory access was encountered")
+        messages = {10001: b"device compute capability cannot run this build's target sm_90a",
+                    10112: b"workspace is NULL or smaller than kdactl_kda_workspace_bytes"}  # fmt: skip
+        return messages.get(rc, b"an illegal memory access was encountered")
+
+    def kdactl_error_argument(self, rc):
+        return {10112: b"workspace"}.get(rc)
 
 
 def _fake_kernels():
@@ -85,6 +151,16 @@ def test_check_raises_kernel_error_with_the_library_message():
 def test_check_wrong_device_is_a_build_error():
     with pytest.raises(BuildError, match="cannot run this build's target"):
         _fake_kernels().check(10001, "kdactl_selftest")
+
+
+def test_check_raises_a_value_error_naming_a_rejected_argument():
+    with pytest.raises(ValueError, match=r"route 'chunk' failed \(sm_90a\): workspace is NULL .*code 10112") as err:
+        _fake_kernels().check(10112, "KDA prefill route 'chunk'")
+    assert isinstance(err.value, KernelArgumentError) and isinstance(err.value, KernelError)
+    assert err.value.argument == "workspace" and err.value.code == 10112
+    with pytest.raises(KernelError) as err:
+        _fake_kernels().check(700, "kdactl_kda_direct")
+    assert not isinstance(err.value, ValueError)
 
 
 # --- target choice --------------------------------------------------------------------------------
@@ -135,6 +211,24 @@ def test_load_builds_then_loads_from_cache(tmp_path, tiny_csrc, nvcc_toolkit):
     with pytest.raises(BuildError, match="no entry point kdactl_kda_segmented"):
         first.kda_route("segmented")
     assert first.kda_route("direct").argtypes[0] is ctypes.POINTER(KdaArgs)
+
+
+def test_the_real_library_exports_the_registry_and_names_bad_arguments(tmp_path, nvcc_toolkit):
+    kernels = open_kernels(_settings(tmp_path), "sm_90a", lambda nvcc: nvcc_toolkit)  # all of csrc; the load checks
+    lib = kernels.lib
+    assert [lib.kdactl_route_name(i).decode() for i in range(lib.kdactl_route_count())] == list(ROUTES)
+    for name, want in EXPECTED_CONSTANTS.items():
+        value = ctypes.c_int64(0)
+        assert lib.kdactl_constant(name.encode(), ctypes.byref(value)) == 0 and value.value == want, name
+    # Shapes a launcher refuses before it asks for a device, so that they answer without a GPU too.
+    with pytest.raises(KernelArgumentError, match=r"heads must be in 1\.\.65535") as err:
+        kernels.check(kernels.kda_route("chunk")(ctypes.byref(KdaArgs(batch=1, heads=0)), None), "route 'chunk'")
+    assert err.value.argument == "heads"
+    shapes = KdaArgs(batch=1, seqlen=64, heads=2, key_dim=128, value_dim=128, segment_chunks=2)
+    sizes = {r.name: kernels.workspace_bytes(r.id, shapes) for r in ROUTE_TABLE}
+    assert sizes["direct"] == 0 and sizes["small_bh"] > sizes["chunk"] > 0
+    out = ctypes.c_uint64(0)
+    assert lib.kdactl_error_argument(lib.kdactl_kda_workspace_bytes(ctypes.byref(shapes), len(ROUTES), ctypes.byref(out))) == b"route"
 
 
 def test_load_kernels_is_cached_per_process(tmp_path, tiny_csrc, nvcc_toolkit):

@@ -138,3 +138,60 @@ def test_small_bh_preferred_from_its_segment_threshold():
     assert d.route == "chunk" and d.rejected["small_bh"] == "slower than chunk at T=2048 < 4096"
     # under one chunk per sequence the direct route stays first
     assert select_route(problem(T=15, H=1), H200) == "direct"
+
+
+# --- the registry: one record per route, its id the C table's ----------------------------------
+
+
+def test_route_records_are_consistent():
+    from kdactl.kda.routes import ROUTE_IDS, ROUTE_TABLE
+
+    assert [r.id for r in ROUTE_TABLE] == list(range(len(ROUTE_TABLE)))  # the C side indexes by id
+    assert ROUTES == tuple(r.name for r in ROUTE_TABLE) and len(set(ROUTES)) == len(ROUTES)
+    assert ROUTE_IDS == {r.name: r.id for r in ROUTE_TABLE}
+    for name in ROUTES:
+        d = decide_route(problem(), H200, name)
+        assert d.id == ROUTE_IDS[name] and ROUTE_TABLE[d.id].name == name
+
+
+def test_only_small_bh_launches_with_segments():
+    from kdactl.kda.routes import ROUTE_IDS, ROUTE_TABLE, small_bh_plan
+
+    p = problem(T=65536, H=8)
+    planned = {r.name: r.segment_chunks(p, H200) for r in ROUTE_TABLE}
+    assert planned == {"direct": 0, "chunk": 0, "small_bh": small_bh_plan(p, H200).segment_chunks} and planned["small_bh"] > 0
+    assert ROUTE_TABLE[ROUTE_IDS["small_bh"]].segment_chunks(p, H200) == 586
+
+
+def test_shared_constants_are_the_ones_routing_and_validation_use():
+    from kdactl.kda import problem as validation
+    from kdactl.kda import routes
+
+    assert routes.SHARED_CONSTANTS == {"MAX_GRID_DIM": 65535, "CHUNK": 16, "TUNING_AUTO": 0, "TUNING_STAGES": 10,
+                                       "SMALL_BH_CTAS_PER_SM": 3}  # fmt: skip
+    assert validation.MAX_GRID_DIM is routes.MAX_GRID_DIM
+
+
+def test_prefill_decides_once_and_hands_the_route_id_to_the_op(monkeypatch):
+    """Eager prefill decides the route and passes its id; the op only decides for a traced call."""
+    import torch
+
+    import kdactl.kda as kda
+    from kdactl.kda import op
+    from kdactl.kda import problem as validation
+    from tests.kda_inputs import make_inputs
+
+    x, _ = make_inputs(1, 16, 2)
+    p = problem(T=8192, H=16)  # what the (patched) validation reports: small_bh's shape
+    decisions, launched = [], []
+    real_decide = kda.decide_route
+    monkeypatch.setattr(kda, "decide_route", lambda *a: decisions.append(a) or real_decide(*a))
+    monkeypatch.setattr(validation, "validate", lambda *a, **kw: p)  # CPU tensors: the rules are tested elsewhere
+    monkeypatch.setattr(op, "device_info", lambda device: H200)
+    monkeypatch.setattr(op, "kda_prefill_", lambda *a: launched.append(a[-3:]))
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: False)
+    kda.prefill(**x)
+    assert len(decisions) == 1 and launched == [("auto", real_decide(p, H200).id, 0)]
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    kda.prefill(**x, route="chunk", tuning=84)
+    assert len(decisions) == 1 and launched[-1] == ("chunk", op.UNDECIDED, 84)

@@ -1,5 +1,6 @@
 """Load the kernel library: the AOT bundle's entry if it verifies, else the JIT cache (built when
-missing or bad), through ctypes with a declared signature for every C ABI entry point.
+missing or bad), through ctypes with a declared signature for every C ABI entry point. A library
+whose route table or shared constants differ from kdactl.kda.routes is refused at load time.
 
 Nothing happens at import time; the loaded library is cached per process.
 """
@@ -19,13 +20,14 @@ from kdactl.hw.toolkit import Toolkit, find_toolkit
 from kdactl.jit import aot
 from kdactl.jit.build import build_library, lookup_cached
 from kdactl.jit.spec import kernel_library_spec
+from kdactl.kda.routes import ROUTE_TABLE, ROUTES, SHARED_CONSTANTS
 from kdactl.settings import Settings
-from kdactl.targets import decide_target, get_target, target_runs_on
+from kdactl.targets import decide_target, get_target
 
 log = logging.getLogger("kdactl.jit")
 
-ABI_VERSION = 3  # KDACTL_ABI_VERSION in csrc/kdactl_api.h
-KDACTL_ERR_WRONG_DEVICE = 10001
+ABI_VERSION = 4  # KDACTL_ABI_VERSION in csrc/kdactl_api.h
+KDACTL_ERR_WRONG_DEVICE = 10001  # checked against the library with the constants of kdactl.kda.routes
 
 ToolkitProvider = Callable[[str], Toolkit]
 
@@ -62,21 +64,25 @@ class KdaArgs(ctypes.Structure):
 
 _KDA_ROUTE_SIGNATURE = ([ctypes.POINTER(KdaArgs), ctypes.c_void_p], ctypes.c_int)
 
-# Every entry point of csrc/kdactl_api.h: (argtypes, restype). Any other exported kdactl_kda_<route>
-# takes the KDA route signature (Kernels.kda_route).
+# Every entry point of csrc/kdactl_api.h: (argtypes, restype), with the launcher kdactl_kda_<route> of
+# every route. Any other exported kdactl_kda_<route> takes the KDA route signature (Kernels.kda_route).
 SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "kdactl_abi_version": ([], ctypes.c_int),
     "kdactl_target_name": ([], ctypes.c_char_p),
     "kdactl_error_string": ([ctypes.c_int], ctypes.c_char_p),
+    "kdactl_error_argument": ([ctypes.c_int], ctypes.c_char_p),
+    "kdactl_constant": ([ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64)], ctypes.c_int),
+    "kdactl_route_count": ([], ctypes.c_int),
+    "kdactl_route_name": ([ctypes.c_int], ctypes.c_char_p),
     "kdactl_check_device": ([], ctypes.c_int),
     "kdactl_selftest": ([ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p], ctypes.c_int),
     "kdactl_stream_capture_id": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_ulonglong)], ctypes.c_int),
     "kdactl_kda_workspace_bytes": (
-        [ctypes.POINTER(KdaArgs), ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64)], ctypes.c_int),
-    "kdactl_kda_direct": _KDA_ROUTE_SIGNATURE,
-    "kdactl_kda_chunk": _KDA_ROUTE_SIGNATURE,
-    "kdactl_kda_small_bh": _KDA_ROUTE_SIGNATURE,
+        [ctypes.POINTER(KdaArgs), ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)], ctypes.c_int),
+    **{f"kdactl_kda_{route}": _KDA_ROUTE_SIGNATURE for route in ROUTES},
 }
+# The library's constants the Python side relies on: KDACTL_<name> -> the value it must have.
+EXPECTED_CONSTANTS: dict[str, int] = {**SHARED_CONSTANTS, "ERR_WRONG_DEVICE": KDACTL_ERR_WRONG_DEVICE}
 
 
 class KernelError(Inconclusive, RuntimeError):
@@ -85,6 +91,14 @@ class KernelError(Inconclusive, RuntimeError):
     def __init__(self, message: str, code: int) -> None:
         super().__init__(message)
         self.code = code
+
+
+class KernelArgumentError(KernelError, ValueError):
+    """An entry point rejected one of its arguments: ``argument`` is its name (kdactl_error_argument)."""
+
+    def __init__(self, message: str, code: int, argument: str) -> None:
+        super().__init__(message, code)
+        self.argument = argument
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,12 +116,16 @@ class Kernels:
         return text.decode(errors="replace") if text else f"unknown error {rc}"
 
     def check(self, rc: int, what: str) -> None:
-        """Raise on a non-zero return code: BuildError when the build cannot run on this device."""
+        """Raise on a non-zero return code: BuildError when the build cannot run on this device,
+        KernelArgumentError (a ValueError) naming the argument a bad-argument code names."""
         if rc == 0:
             return
         message = f"{what} failed ({self.target}): {self.error_string(rc)} (code {rc})"
         if rc == KDACTL_ERR_WRONG_DEVICE:
             raise BuildError(message)
+        argument = self.lib.kdactl_error_argument(rc)
+        if argument:
+            raise KernelArgumentError(message, rc, argument.decode(errors="replace"))
         raise KernelError(message, rc)
 
     def check_device(self) -> None:
@@ -119,11 +137,11 @@ class Kernels:
         self.check(self.lib.kdactl_stream_capture_id(ctypes.c_void_p(stream), ctypes.byref(out)), "capture id")
         return out.value
 
-    def workspace_bytes(self, route: str, args: KdaArgs) -> int:
-        """Scratch bytes ``route`` needs for the shapes in ``args`` (its pointers are not read)."""
+    def workspace_bytes(self, route_id: int, args: KdaArgs) -> int:
+        """Scratch bytes route ``route_id`` needs for the shapes in ``args`` (its pointers are not read)."""
         out = ctypes.c_uint64(0)
-        rc = self.lib.kdactl_kda_workspace_bytes(ctypes.byref(args), route.encode(), ctypes.byref(out))
-        self.check(rc, f"workspace size of route {route!r}")
+        rc = self.lib.kdactl_kda_workspace_bytes(ctypes.byref(args), route_id, ctypes.byref(out))
+        self.check(rc, f"workspace size of route {ROUTE_TABLE[route_id].name!r}")
         return out.value
 
     def kda_route(self, route: str) -> Any:
@@ -154,7 +172,7 @@ def _bind(path: str) -> ctypes.CDLL:
 
 
 def open_library(path: Path, target: str) -> ctypes.CDLL:
-    """Load and check that it is the ABI and target we expect."""
+    """Load and check that it is the ABI, target, route table and constants we expect."""
     lib = _bind(str(path))
     abi = lib.kdactl_abi_version()
     if abi != ABI_VERSION:
@@ -162,7 +180,29 @@ def open_library(path: Path, target: str) -> ctypes.CDLL:
     built_for = (lib.kdactl_target_name() or b"").decode(errors="replace")
     if built_for != target:
         raise BuildError(f"{path} was compiled for {built_for!r}, expected {target!r}")
+    check_tables(lib, path)
     return lib
+
+
+def check_tables(lib: Any, path: Path) -> None:
+    """BuildError naming every difference between the library's route table and constants and
+    kdactl.kda.routes: a route id names another kernel there, or a constant has another value."""
+    theirs = {i: (lib.kdactl_route_name(i) or b"").decode(errors="replace") for i in range(lib.kdactl_route_count())}
+    ours = {r.id: r.name for r in ROUTE_TABLE}
+    problems = [f"route {i} is {_shown(theirs.get(i))} in the library, {_shown(ours.get(i))} in kdactl"
+                for i in sorted(ours.keys() | theirs.keys()) if theirs.get(i) != ours.get(i)]  # fmt: skip
+    for name, want in EXPECTED_CONSTANTS.items():
+        value = ctypes.c_int64(0)
+        if lib.kdactl_constant(name.encode(), ctypes.byref(value)) != 0:
+            problems.append(f"KDACTL_{name} is missing in the library, {want} in kdactl")
+        elif value.value != want:
+            problems.append(f"KDACTL_{name} is {value.value} in the library, {want} in kdactl")
+    if problems:
+        raise BuildError(f"{path} does not match kdactl.kda.routes: {'; '.join(problems)}")
+
+
+def _shown(name: str | None) -> str:
+    return "missing" if name is None else repr(name)
 
 
 def open_kernels(

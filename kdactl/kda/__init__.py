@@ -1,47 +1,64 @@
 """KDA (Kimi Delta Attention) prefill: the public op, its route selector and workspace.
 
 Nothing here loads torch kernels or touches the GPU at import; the library is built or loaded on
-the first call of ``prefill``.
+the first call of ``prefill``. The route registry imports without torch (kdactl.skus and the bench
+options read it where torch must not load); the names that need torch load it on first use.
 """
 
 from __future__ import annotations
 
-from kdactl.kda.problem import KdaProblem, validate
-from kdactl.kda.routes import ROUTES, DeviceInfo, RouteDecision, decide_route, eligibility, select_route
-from kdactl.kda.workspace import KdaWorkspace
+import importlib
+from typing import TYPE_CHECKING
+
+from kdactl.kda.routes import ROUTES, TUNING_AUTO, DeviceInfo, RouteDecision, decide_route, eligibility, select_route
+
+if TYPE_CHECKING:
+    from kdactl.kda.problem import KdaProblem, validate
+    from kdactl.kda.workspace import KdaWorkspace
 
 __all__ = [
     "ROUTES", "DeviceInfo", "KdaProblem", "KdaWorkspace", "RouteDecision",
     "decide_route", "eligibility", "prefill", "select_route", "validate",
 ]  # fmt: skip
+_TORCH_NAMES = {  # name -> the module that holds it and imports torch
+    "KdaProblem": "kdactl.kda.problem", "validate": "kdactl.kda.problem", "KdaWorkspace": "kdactl.kda.workspace",
+}  # fmt: skip
+
+
+def __getattr__(name: str):
+    if name in _TORCH_NAMES:
+        return getattr(importlib.import_module(_TORCH_NAMES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False,
-            cu_seqlens=None, route="auto", workspace=None, out=None, tuning=0):  # fmt: skip
+            cu_seqlens=None, route="auto", workspace=None, out=None, tuning=TUNING_AUTO):  # fmt: skip
     """KDA prefill. Returns ``(o, final_state or None)``; see SPEC.md "The KDA op".
 
     ``out`` is a preallocated o tensor, or a tuple ``(o, final_state)``; with ``workspace`` (a
     KdaWorkspace) and ``out`` the call allocates nothing, so it can be captured in a CUDA graph.
-    ``tuning`` picks a route-specific kernel variant (benchmarks only; 0 = the launcher's choice).
+    ``tuning`` picks a route-specific kernel variant (benchmarks only; TUNING_AUTO = the launcher's choice).
     """
     import torch
 
-    from kdactl.kda.op import device_info, kda_prefill_, workspace_bytes
+    from kdactl.kda.op import UNDECIDED, device_info, kda_prefill_, workspace_bytes
+    from kdactl.kda.problem import validate
 
-    eager = not torch.compiler.is_compiling()  # tracing reads no pointers; the op checks at run time
+    eager = not torch.compiler.is_compiling()  # tracing reads no pointers and no device facts
     problem = validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, runtime=eager)
     o, final_state = _outputs(out, q, v, problem, output_final_state, eager)
-    scratch = None
+    scratch, route_id = None, UNDECIDED  # under tracing the op decides when it runs
     if eager:
         device = device_info(q.device)
-        chosen = decide_route(problem, device, route).route  # an ineligible forced route fails here
+        route_id = decide_route(problem, device, route).id  # an ineligible forced route fails here
         if workspace is not None:
             workspace.claim(q.device)
-            scratch = workspace.reserve(workspace_bytes(problem, chosen, device))
+            scratch = workspace.reserve(workspace_bytes(problem, route_id, device))
     elif workspace is not None:
         scratch = workspace.buffer
     scale = problem.key_dim**-0.5 if scale is None else float(scale)
-    kda_prefill_(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scratch, scale, route, int(tuning))
+    kda_prefill_(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scratch, scale, route, route_id,
+                 int(tuning))  # fmt: skip
     return o, final_state
 
 

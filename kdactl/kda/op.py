@@ -13,7 +13,10 @@ from typing import Optional
 import torch
 
 from kdactl.kda.problem import KdaProblem
-from kdactl.kda.routes import DeviceInfo, decide_route, small_bh_plan
+from kdactl.kda.routes import ROUTE_TABLE, DeviceInfo, decide_route
+
+UNDECIDED = -1  # route_id of a call traced by torch.compile: the op decides the route when it runs
+
 
 @functools.lru_cache(maxsize=None)
 def kernels():
@@ -40,11 +43,11 @@ def _ptr(x: Optional[torch.Tensor]) -> Optional[int]:
     return None if x is None else x.data_ptr()
 
 
-def _args(p: KdaProblem, route: str, device: DeviceInfo, q=None, k=None, v=None, g=None, beta=None,
+def _args(p: KdaProblem, route_id: int, device: DeviceInfo, q=None, k=None, v=None, g=None, beta=None,
           initial_state=None, cu_seqlens=None, o=None, final_state=None, scale=1.0, tuning=0):  # fmt: skip
     from kdactl.jit.library import KdaArgs
 
-    segment_chunks = small_bh_plan(p, device).segment_chunks if route == "small_bh" else 0
+    segment_chunks = ROUTE_TABLE[route_id].segment_chunks(p, device)
     return KdaArgs(
         q=_ptr(q), k=_ptr(k), v=_ptr(v), g=_ptr(g), beta=_ptr(beta),
         initial_state=_ptr(initial_state), o=_ptr(o), final_state=_ptr(final_state),
@@ -55,9 +58,9 @@ def _args(p: KdaProblem, route: str, device: DeviceInfo, q=None, k=None, v=None,
     )  # fmt: skip
 
 
-def workspace_bytes(problem: KdaProblem, route: str, device: DeviceInfo) -> int:
-    """Scratch bytes ``route`` needs for this problem (the kernel library says; 0 for most routes)."""
-    return kernels().workspace_bytes(route, _args(problem, route, device))
+def workspace_bytes(problem: KdaProblem, route_id: int, device: DeviceInfo) -> int:
+    """Scratch bytes route ``route_id`` needs for this problem (the kernel library says; 0 for some)."""
+    return kernels().workspace_bytes(route_id, _args(problem, route_id, device))
 
 
 @torch.library.custom_op("kdactl::kda_prefill_", mutates_args=("o", "final_state", "workspace"), device_types="cuda")
@@ -74,10 +77,13 @@ def kda_prefill_(
     workspace: Optional[torch.Tensor],
     scale: float,
     route: str,
+    route_id: int,
     tuning: int,
 ) -> None:
-    """Launch ``route`` ("auto" resolved here) on the current stream. kdactl.kda.prefill validated
-    the inputs; the pointer checks it skips while torch.compile traces are repeated here.
+    """Launch route ``route_id`` (an id of ROUTE_TABLE) on the current stream: kdactl.kda.prefill
+    validated the inputs and decided it. A call that torch.compile traced passes UNDECIDED instead
+    (tracing reads no pointers and no device facts): the request ``route`` is decided here, and the
+    pointer checks the trace skipped are repeated here for every call.
     ``workspace`` is a uint8 scratch buffer; one is allocated here when it is missing or too small."""
     tensors = dict(q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, cu_seqlens=cu_seqlens,
                    o=o, final_state=final_state)  # fmt: skip
@@ -86,19 +92,22 @@ def kda_prefill_(
             raise ValueError(f"kdactl.kda.prefill: {name} must be 16-byte aligned")
     problem = KdaProblem.of(q, v, g, beta, cu_seqlens)
     device = device_info(q.device)
-    route = decide_route(problem, device, route).route
+    if route_id == UNDECIDED:
+        route_id = decide_route(problem, device, route).id
     lib = kernels()
-    args = _args(problem, route, device, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, tuning)
-    need = lib.workspace_bytes(route, args)
+    args = _args(problem, route_id, device, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, tuning)
+    need = lib.workspace_bytes(route_id, args)
     if need and (workspace is None or workspace.numel() < need):
         workspace = torch.empty(need, dtype=torch.uint8, device=q.device)
     if need:
         args.workspace, args.workspace_bytes = workspace.data_ptr(), workspace.numel()
+    chosen = ROUTE_TABLE[route_id].name
+    launch = lib.kda_route(chosen)
     stream = torch.cuda.current_stream(q.device).cuda_stream
     with torch.cuda.device(q.device):
         for _ in range(_launches()):
-            rc = lib.kda_route(route)(ctypes.byref(args), ctypes.c_void_p(stream))
-            lib.check(rc, f"KDA prefill route {route!r}")
+            rc = launch(ctypes.byref(args), ctypes.c_void_p(stream))
+            lib.check(rc, f"KDA prefill route {chosen!r}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -111,5 +120,5 @@ def _launches() -> int:
 
 
 @kda_prefill_.register_fake
-def _(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, scale, route, tuning) -> None:
+def _(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, scale, route, route_id, tuning) -> None:
     return None

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
+from kdactl.kda.routes import MAX_GRID_DIM
+
 KEY_DIMS = (64, 128)
 VALUE_DIMS = (64, 128)
-MAX_GRID_DIM = 65535  # sequences and heads each map to one grid dimension
 
 
 @dataclass(frozen=True)

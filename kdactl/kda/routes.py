@@ -1,18 +1,32 @@
-"""Route selection: a pure function of the problem's shape and layout and the device's facts.
+"""The route registry and route selection: a pure function of the problem's shape and layout and
+the device's facts.
+
+ROUTE_TABLE holds one record per kernel route. Its id is the route's index in the C library's table
+(KDACTL_ROUTES in csrc/kdactl_api.h), and the library is refused at load time unless both tables
+list the same ids and names, and unless it was built with the SHARED_CONSTANTS below.
 
 Each route has an eligibility rule that returns None (eligible: it can run the problem) or the
 reason it cannot; ``preference`` orders the routes by measured speed for the problem's shape. The
 selector takes the first eligible route in that order and reports why it passed over the others. A
 forced route that is not eligible raises ValueError with that reason.
+
+No torch here: kdactl.skus and the bench options read the route names where torch must not load.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
-from kdactl.kda.problem import KdaProblem
+if TYPE_CHECKING:
+    from kdactl.kda.problem import KdaProblem
+
+# Facts the kernel library is built with, each KDACTL_<name> in csrc/kdactl_api.h.
+MAX_GRID_DIM = 65535  # heads, sequences and segment slots each map to one grid dimension (y or z)
+CHUNK = 16  # tokens per chunk of the chunked kernels
+TUNING_AUTO = 0  # the tuning code that leaves the kernel variant to the launcher
+TUNING_STAGES = 10  # the chunked routes' tuning codes: TUNING_STAGES * pipeline stages + warps, e.g. 84
 
 
 @dataclass(frozen=True)
@@ -29,8 +43,13 @@ class RouteDecision:
     route: str
     rejected: dict[str, str] = field(default_factory=dict)  # route -> reason it was passed over
 
+    @property
+    def id(self) -> int:
+        """The route's id in the kernel library's route table."""
+        return ROUTE_IDS[self.route]
 
-Rule = Callable[[KdaProblem, DeviceInfo], Optional[str]]
+
+Rule = Callable[["KdaProblem", DeviceInfo], Optional[str]]
 
 
 def _direct(p: KdaProblem, dev: DeviceInfo) -> Optional[str]:
@@ -47,13 +66,13 @@ def _chunk(p: KdaProblem, dev: DeviceInfo) -> Optional[str]:
 # recurrence on all of them at once: a reduction pass (two CTAs per segment, head and 32 value
 # columns: its end state from zero and its state map), a short stitch, and a replay pass. As many
 # segments as make the reduction one wave of the CTAs an SM holds (2 warps and 64.5 KB of shared
-# memory each: 3 on an H200 SM), and at least SMALL_BH_MIN_SEGMENT chunks each. The stitch costs
-# about 3 us per segment against about 1 us per chunk of the two recurrence passes (H200,
-# scripts/kernel_times.py), so time ~ 2 L + 3 P over P segments of L = chunks / P chunks: at most
-# sqrt(chunks / 2) segments (B1 T1024 H1 with 32 segments of 2 chunks measured 0.116 ms, chunk 0.046).
-SMALL_BH_CTAS_PER_SM = 3
+# memory each: 3 on an H200 SM, as csrc/kda_small_bh.cu asserts), and at least SMALL_BH_MIN_SEGMENT
+# chunks each. The stitch costs about 3 us per segment against about 1 us per chunk of the two
+# recurrence passes (H200, scripts/kernel_times.py), so time ~ 2 L + 3 P over P segments of
+# L = chunks / P chunks: at most sqrt(chunks / 2) segments (B1 T1024 H1 with 32 segments of 2 chunks
+# measured 0.116 ms, chunk 0.046).
+SMALL_BH_CTAS_PER_SM = 3  # shared with the library, like the constants above
 SMALL_BH_MIN_SEGMENT = 2
-CHUNK = 16  # tokens per chunk of the chunked kernels
 
 
 @dataclass(frozen=True)
@@ -89,12 +108,37 @@ def _small_bh(p: KdaProblem, dev: DeviceInfo) -> Optional[str]:
             f"{dev.sm_count} SMs): no room for segments")  # fmt: skip
 
 
-RULES: dict[str, Rule] = {
-    "direct": _direct,
-    "chunk": _chunk,
-    "small_bh": _small_bh,
-}
-ROUTES: tuple[str, ...] = tuple(RULES)
+def _no_segments(p: KdaProblem, dev: DeviceInfo) -> int:
+    return 0
+
+
+def _small_bh_segment_chunks(p: KdaProblem, dev: DeviceInfo) -> int:
+    return small_bh_plan(p, dev).segment_chunks
+
+
+@dataclass(frozen=True)
+class Route:
+    """One kernel route. Its C side is entry ``id`` of KDACTL_ROUTES (csrc/kdactl_api.h): the
+    launcher kdactl_kda_<name> and the workspace size rule kdactl_<name>_workspace_bytes, which
+    Python asks through kdactl_kda_workspace_bytes(route id)."""
+
+    name: str
+    id: int
+    rule: Rule  # None when the route can run the problem, else the reason it cannot
+    segment_chunks: Callable[[KdaProblem, DeviceInfo], int] = _no_segments  # kdactl_kda_args.segment_chunks
+
+
+ROUTE_TABLE: tuple[Route, ...] = (
+    Route("direct", 0, _direct),
+    Route("chunk", 1, _chunk),
+    Route("small_bh", 2, _small_bh, segment_chunks=_small_bh_segment_chunks),
+)
+ROUTES: tuple[str, ...] = tuple(r.name for r in ROUTE_TABLE)
+ROUTE_IDS: dict[str, int] = {r.name: r.id for r in ROUTE_TABLE}
+SHARED_CONSTANTS: dict[str, int] = {
+    "MAX_GRID_DIM": MAX_GRID_DIM, "CHUNK": CHUNK, "TUNING_AUTO": TUNING_AUTO, "TUNING_STAGES": TUNING_STAGES,
+    "SMALL_BH_CTAS_PER_SM": SMALL_BH_CTAS_PER_SM,
+}  # fmt: skip
 
 # The chunked route takes sequences that average at least one chunk. Measured on the H200
 # (csrc/PERF.md): at B4 H8 it beats direct from T = 16 on (0.012 vs 0.025 ms; 0.037 vs 0.238 ms at
@@ -136,18 +180,18 @@ def preference(p: KdaProblem, dev: DeviceInfo) -> tuple[tuple[str, str], ...]:
 
 def eligibility(problem: KdaProblem, device: DeviceInfo) -> dict[str, Optional[str]]:
     """route -> None when eligible, else the reason it is not."""
-    return {name: rule(problem, device) for name, rule in RULES.items()}
+    return {r.name: r.rule(problem, device) for r in ROUTE_TABLE}
 
 
 def decide_route(problem: KdaProblem, device: DeviceInfo, route: str = "auto") -> RouteDecision:
     """The route to run, with the reason for every route passed over."""
     verdicts = eligibility(problem, device)
     if route != "auto":
-        if route not in RULES:
+        if route not in verdicts:
             raise ValueError(f"kdactl.kda.prefill: route must be 'auto' or one of {ROUTES}, got {route!r}")
         if verdicts[route] is not None:
             raise ValueError(f"kdactl.kda.prefill: route {route!r} is not eligible: {verdicts[route]}")
-        return RouteDecision(route, {r: "not requested" for r in RULES if r != route})
+        return RouteDecision(route, {r: "not requested" for r in ROUTES if r != route})
     rejected: dict[str, str] = {}
     chosen = None
     for name, why in preference(problem, device):
