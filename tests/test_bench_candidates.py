@@ -60,7 +60,8 @@ def test_error_ratio_is_the_spec_measure():
 def _fake_fla(monkeypatch, chunk_scale=1.0):
     calls = []
 
-    def chunk_kda(q, k, v, g, beta, output_final_state, cu_seqlens):
+    def chunk_kda(q, k, v, g, beta, output_final_state, cu_seqlens, cu_seqlens_cpu):  # fla 0.6.0 takes the host copy
+        assert cu_seqlens_cpu is None if cu_seqlens is None else cu_seqlens_cpu.device.type == "cpu"
         calls.append("chunk")
         o, s = kda_chunked(q, k, v, g, beta, cu_seqlens=cu_seqlens)
         return (o * chunk_scale).to(torch.bfloat16), s

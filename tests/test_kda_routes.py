@@ -173,7 +173,8 @@ def test_shared_constants_are_the_ones_routing_and_validation_use():
 
 
 def test_prefill_decides_once_and_hands_the_route_id_to_the_op(monkeypatch):
-    """Eager prefill decides the route and passes its id; the op only decides for a traced call."""
+    """Eager prefill decides the route and launches it directly (no torch dispatch, no second
+    decision); only a traced call goes through the custom op, which decides when it runs."""
     import torch
 
     import kdactl.kda as kda
@@ -189,9 +190,10 @@ def test_prefill_decides_once_and_hands_the_route_id_to_the_op(monkeypatch):
     monkeypatch.setattr(validation, "validate", lambda *a, **kw: p)  # CPU tensors: the rules are tested elsewhere
     monkeypatch.setattr(op, "device_info", lambda device: H200)
     monkeypatch.setattr(op, "kda_prefill_", lambda *a: launched.append(a[-3:]))
+    monkeypatch.setattr(op, "launch", lambda problem, device, route_id, *a: launched.append(("direct", route_id, a[-1])))
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: False)
     kda.prefill(**x)
-    assert len(decisions) == 1 and launched == [("auto", real_decide(p, H200).id, 0)]
+    assert len(decisions) == 1 and launched == [("direct", real_decide(p, H200).id, 0)]
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     kda.prefill(**x, route="chunk", tuning=84)
     assert len(decisions) == 1 and launched[-1] == ("chunk", op.UNDECIDED, 84)

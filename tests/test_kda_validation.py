@@ -104,3 +104,42 @@ def test_bad_scale(scale):
     x, _ = make_inputs(1, 4, 1)
     with pytest.raises(ValueError, match="scale must be a finite number"):
         _call(x, scale=scale)
+
+
+class _Unreadable(torch.Tensor):
+    """A cu_seqlens whose values must not be read: reading a CUDA tensor back synchronizes."""
+
+    def tolist(self):
+        raise AssertionError("cu_seqlens was read back: that synchronizes the device")
+
+
+def _varlen(lengths):
+    x, _ = make_inputs(1, sum(lengths), 2)
+    return x, cu_seqlens_of(lengths, dtype=torch.int32).as_subclass(_Unreadable)
+
+
+@pytest.mark.parametrize("host", [[0, 3, 3, 8], torch.tensor([0, 3, 3, 8], dtype=torch.int64)], ids=["list", "tensor"])
+def test_a_host_copy_of_cu_seqlens_is_checked_instead_of_the_device_tensor(host):
+    x, cu = _varlen([3, 0, 5])
+    p = validate(x["q"], x["k"], x["v"], x["g"], x["beta"], None, None, cu, cu_seqlens_cpu=host, require_cuda=False)
+    assert p.num_seqs == 3
+
+
+@pytest.mark.parametrize("host, match", [
+    ([0, 3, 2, 8], "cu_seqlens must be non-decreasing, got 3 then 2 at index 1"),
+    ([1, 3, 3, 8], "cu_seqlens must start at 0, got 1"),
+    ([0, 3, 3, 7], "cu_seqlens must end at T=8, got 7"),
+    ([0, 3, 8], "cu_seqlens_cpu must have 4 entries like cu_seqlens, got 3"),
+    ([0, 3.0, 3, 8], "cu_seqlens_cpu must be a list of ints"),
+    (torch.tensor([0, 3, 3, 8], dtype=torch.float32), "cu_seqlens_cpu must be a 1-D int32/int64 CPU tensor"),
+])  # fmt: skip
+def test_a_bad_host_copy_is_a_value_error_naming_it(host, match):
+    x, cu = _varlen([3, 0, 5])
+    with pytest.raises(ValueError, match=match):
+        validate(x["q"], x["k"], x["v"], x["g"], x["beta"], None, None, cu, cu_seqlens_cpu=host, require_cuda=False)
+
+
+def test_a_host_copy_without_cu_seqlens_is_refused():
+    x, _ = make_inputs(1, 8, 2)
+    with pytest.raises(ValueError, match="cu_seqlens_cpu is given without cu_seqlens"):
+        validate(x["q"], x["k"], x["v"], x["g"], x["beta"], None, None, None, cu_seqlens_cpu=[0, 8], require_cuda=False)

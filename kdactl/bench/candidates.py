@@ -37,7 +37,8 @@ def make_inputs(shape: Shape, device) -> dict[str, Any]:
                              lengths=shape.seqlens, device=device, seed=zlib.crc32(shape.label.encode()),
                              g_range=None, beta_dtype=torch.bfloat16, normalize_q=True,
                              cu_dtype=torch.int64)  # fmt: skip
-    return dict(x, cu_seqlens=cu)
+    # The host copy a serving engine keeps (fla and kdactl both take it): no call reads cu_seqlens back.
+    return dict(x, cu_seqlens=cu, cu_seqlens_cpu=None if cu is None else cu.cpu())
 
 
 def reference(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,7 +96,8 @@ def own_candidates(inputs, ref, routes: Sequence[str] | None, device) -> list[Ca
 
         def run(name=name, o=o, state=state, ws=ws):
             return prefill(x["q"], x["k"], x["v"], x["g"], x["beta"], cu_seqlens=x["cu_seqlens"], route=name,
-                           output_final_state=True, out=(o, state), workspace=ws)  # fmt: skip
+                           cu_seqlens_cpu=x["cu_seqlens_cpu"], output_final_state=True, out=(o, state),
+                           workspace=ws)  # fmt: skip
 
         def poisoned_run(run=run, o=o, state=state):
             o.fill_(float("nan"))
@@ -130,9 +132,11 @@ def peer_candidates(inputs, ref, peers: Sequence[str]) -> list[Candidate]:
     out = []
     for name, fn in zip(names, (fla_kda.chunk_kda, fla_kda.fused_recurrent_kda)):
 
-        def run(fn=fn):
+        host = {"cu_seqlens_cpu": x["cu_seqlens_cpu"]} if fn is fla_kda.chunk_kda else {}
+
+        def run(fn=fn, host=host):
             return fn(q=x["q"], k=x["k"], v=x["v"], g=x["g"], beta=x["beta"],
-                      output_final_state=True, cu_seqlens=x["cu_seqlens"])  # fmt: skip
+                      output_final_state=True, cu_seqlens=x["cu_seqlens"], **host)  # fmt: skip
 
         out.append(Candidate(name, "peer", run=run, check=_checker(run, ref)))
     return out

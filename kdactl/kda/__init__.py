@@ -32,33 +32,39 @@ def __getattr__(name: str):
 
 
 def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False,
-            cu_seqlens=None, route="auto", workspace=None, out=None, tuning=TUNING_AUTO):  # fmt: skip
+            cu_seqlens=None, cu_seqlens_cpu=None, route="auto", workspace=None, out=None, tuning=TUNING_AUTO):  # fmt: skip
     """KDA prefill. Returns ``(o, final_state or None)``; see SPEC.md "The KDA op".
 
     ``out`` is a preallocated o tensor, or a tuple ``(o, final_state)``; with ``workspace`` (a
     KdaWorkspace) and ``out`` the call allocates nothing, so it can be captured in a CUDA graph.
     ``tuning`` picks a route-specific kernel variant (benchmarks only; TUNING_AUTO = the launcher's choice).
+    ``cu_seqlens_cpu`` (a list or CPU tensor equal to cu_seqlens) lets the call check the bounds on
+    the host: without it, cu_seqlens is read back from the device, which synchronizes it.
+    An eager call launches directly (no torch dispatch); under torch.compile it is one custom op.
     """
     import torch
 
-    from kdactl.kda.op import UNDECIDED, device_info, kda_prefill_, workspace_bytes
+    from kdactl.kda.op import UNDECIDED, device_info, kda_prefill_, launch, workspace_bytes
     from kdactl.kda.problem import validate
 
     eager = not torch.compiler.is_compiling()  # tracing reads no pointers and no device facts
-    problem = validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, runtime=eager)
+    problem = validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu,
+                       runtime=eager)  # fmt: skip
     o, final_state = _outputs(out, q, v, problem, output_final_state, eager)
-    scratch, route_id = None, UNDECIDED  # under tracing the op decides when it runs
-    if eager:
-        device = device_info(q.device)
-        route_id = decide_route(problem, device, route).id  # an ineligible forced route fails here
-        if workspace is not None:
-            workspace.claim(q.device)
-            scratch = workspace.reserve(workspace_bytes(problem, route_id, device))
-    elif workspace is not None:
-        scratch = workspace.buffer
     scale = problem.key_dim**-0.5 if scale is None else float(scale)
-    kda_prefill_(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scratch, scale, route, route_id,
-                 int(tuning))  # fmt: skip
+    if not eager:  # one opaque op in the graph; it decides the route when it runs
+        scratch = workspace.buffer if workspace is not None else None
+        kda_prefill_(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scratch, scale, route, UNDECIDED,
+                     int(tuning))  # fmt: skip
+        return o, final_state
+    device = device_info(q.device)
+    route_id = decide_route(problem, device, route).id  # an ineligible forced route fails here
+    scratch = None
+    if workspace is not None:
+        workspace.claim(q.device)
+        scratch = workspace.reserve(workspace_bytes(problem, route_id, device))
+    launch(problem, device, route_id, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scratch, scale,
+           int(tuning))  # fmt: skip
     return o, final_state
 
 

@@ -6,6 +6,7 @@ records one launch on torch's current stream and torch.compile sees one opaque o
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 from typing import Optional
@@ -94,6 +95,14 @@ def kda_prefill_(
     device = device_info(q.device)
     if route_id == UNDECIDED:
         route_id = decide_route(problem, device, route).id
+    launch(problem, device, route_id, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, scale, tuning)
+
+
+def launch(problem: KdaProblem, device: DeviceInfo, route_id: int, q, k, v, g, beta, initial_state, cu_seqlens, o,
+           final_state, workspace, scale: float, tuning: int) -> None:  # fmt: skip
+    """The launch itself, for inputs already checked and a route already decided: what an eager
+    prefill calls directly (torch's custom-op dispatch costs more host time than the whole launch),
+    and what the custom op calls under torch.compile."""
     lib = kernels()
     args = _args(problem, route_id, device, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, tuning)
     need = lib.workspace_bytes(route_id, args)
@@ -102,12 +111,12 @@ def kda_prefill_(
     if need:
         args.workspace, args.workspace_bytes = workspace.data_ptr(), workspace.numel()
     chosen = ROUTE_TABLE[route_id].name
-    launch = lib.kda_route(chosen)
-    stream = torch.cuda.current_stream(q.device).cuda_stream
-    with torch.cuda.device(q.device):
+    kernel = lib.kda_route(chosen)
+    stream = ctypes.c_void_p(torch.cuda.current_stream(q.device).cuda_stream)
+    guard = torch.cuda.device(q.device) if q.device.index != torch.cuda.current_device() else contextlib.nullcontext()
+    with guard:
         for _ in range(_launches()):
-            rc = launch(ctypes.byref(args), ctypes.c_void_p(stream))
-            lib.check(rc, f"KDA prefill route {chosen!r}")
+            lib.check(kernel(ctypes.byref(args), stream), f"KDA prefill route {chosen!r}")
 
 
 @functools.lru_cache(maxsize=None)

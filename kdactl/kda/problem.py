@@ -72,10 +72,13 @@ def _check_shape(name, x, shape):
         raise _fail(name, f"must have shape {tuple(shape)} to match q/v, got {tuple(x.shape)}")
 
 
-def validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, require_cuda=True, runtime=True) -> KdaProblem:
+def validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, cu_seqlens_cpu=None, require_cuda=True,
+             runtime=True) -> KdaProblem:  # fmt: skip
     """Check every input; return the problem's plain facts. ``require_cuda=False`` lets CPU tests
     exercise every other rule on CPU tensors; ``runtime=False`` (under torch.compile tracing) skips
-    the checks that read pointers or device values, which the op repeats when it runs."""
+    the checks that read pointers or device values, which the op repeats when it runs.
+    ``cu_seqlens_cpu``: the caller's host copy of cu_seqlens (as fla's callers keep one); its values
+    are checked instead of reading the device tensor back, which would synchronize the device."""
     bf16, fp = (torch.bfloat16,), (torch.float32, torch.bfloat16)
     _check_tensor("q", q, bf16, 4, require_cuda=require_cuda, runtime=runtime)
     dev = q.device
@@ -101,7 +104,10 @@ def validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, require_cuda
         raise _fail("q", f"heads must be in 1..{MAX_GRID_DIM}, got {H}")
     if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
         raise _fail("scale", f"must be a finite number, got {scale!r}")
-    num_seqs = _check_cu_seqlens(cu_seqlens, B, T, dev, runtime) if cu_seqlens is not None else B
+    if cu_seqlens_cpu is not None and cu_seqlens is None:
+        raise _fail("cu_seqlens_cpu", "is given without cu_seqlens (the device tensor the kernels read)")
+    host = _host_bounds(cu_seqlens_cpu, cu_seqlens) if cu_seqlens_cpu is not None else None
+    num_seqs = _check_cu_seqlens(cu_seqlens, B, T, dev, runtime, host) if cu_seqlens is not None else B
     if num_seqs > MAX_GRID_DIM:
         raise _fail("cu_seqlens" if cu_seqlens is not None else "q", f"at most {MAX_GRID_DIM} sequences, got {num_seqs}")
     if initial_state is not None:
@@ -110,7 +116,23 @@ def validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, require_cuda
     return KdaProblem.of(q, v, g, beta, cu_seqlens)
 
 
-def _check_cu_seqlens(cu, B, T, dev, runtime=True) -> int:
+def _host_bounds(cu_cpu, cu) -> list[int]:
+    """The host copy's values: a list of ints, or a CPU int tensor, with as many entries as cu_seqlens."""
+    if isinstance(cu_cpu, torch.Tensor):
+        if cu_cpu.device.type != "cpu" or cu_cpu.dtype not in (torch.int32, torch.int64) or cu_cpu.dim() != 1:
+            raise _fail("cu_seqlens_cpu", f"must be a 1-D int32/int64 CPU tensor or a list of ints, got "
+                                          f"{cu_cpu.dtype} {tuple(cu_cpu.shape)} on {cu_cpu.device}")  # fmt: skip
+        bounds = cu_cpu.tolist()  # a CPU tensor: no device synchronization
+    elif isinstance(cu_cpu, (list, tuple)) and all(isinstance(b, int) and not isinstance(b, bool) for b in cu_cpu):
+        bounds = list(cu_cpu)
+    else:
+        raise _fail("cu_seqlens_cpu", f"must be a list of ints or a CPU int tensor, got {type(cu_cpu).__name__}")
+    if isinstance(cu, torch.Tensor) and len(bounds) != cu.numel():
+        raise _fail("cu_seqlens_cpu", f"must have {cu.numel()} entries like cu_seqlens, got {len(bounds)}")
+    return bounds
+
+
+def _check_cu_seqlens(cu, B, T, dev, runtime=True, host=None) -> int:
     if not isinstance(cu, torch.Tensor) or cu.dtype not in (torch.int32, torch.int64):
         raise _fail("cu_seqlens", f"must be an int32 or int64 tensor, got {getattr(cu, 'dtype', type(cu).__name__)}")
     if cu.dim() != 1 or cu.numel() < 2:
@@ -121,8 +143,8 @@ def _check_cu_seqlens(cu, B, T, dev, runtime=True) -> int:
         raise _fail("cu_seqlens", "must be contiguous")
     if B != 1:
         raise _fail("q", f"batch must be 1 when cu_seqlens is given (varlen packs sequences along T), got B={B}")
-    if runtime and not capturing(dev):
-        bounds = cu.tolist()
+    if host is not None or (runtime and not capturing(dev)):
+        bounds = host if host is not None else cu.tolist()  # the device read synchronizes: pass cu_seqlens_cpu
         if bounds[0] != 0:
             raise _fail("cu_seqlens", f"must start at 0, got {bounds[0]}")
         if bounds[-1] != T:
