@@ -104,16 +104,11 @@ class TorchHarness:
         return host_cost(fn, lambda: torch.cuda.synchronize(self.device), time.perf_counter, self._capture)
 
     def _capture(self, fn: Callable[[], Any]) -> Callable[[], Any]:
-        """``fn`` captured in a CUDA graph (warmed on a side stream first, as torch asks); the graph
+        """``fn`` captured in a CUDA graph, after the eager calls host_cost made on this stream (a
+        workspace is bound to the stream that first used it: no side-stream warmup); the graph
         lives until the shape is released."""
         import torch
 
-        main, side = torch.cuda.current_stream(self.device), torch.cuda.Stream(self.device)
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                fn()
-        main.wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             fn()

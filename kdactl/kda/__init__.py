@@ -44,7 +44,7 @@ def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_st
     """
     import torch
 
-    from kdactl.kda.op import UNDECIDED, device_info, kda_prefill_, launch, workspace_bytes
+    from kdactl.kda.op import UNDECIDED, device_info, kda_prefill_, launch
     from kdactl.kda.problem import validate
 
     eager = not torch.compiler.is_compiling()  # tracing reads no pointers and no device facts
@@ -59,11 +59,9 @@ def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_st
         return o, final_state
     device = device_info(q.device)
     route_id = decide_route(problem, device, route).id  # an ineligible forced route fails here
-    scratch = None
     if workspace is not None:
         workspace.claim(q.device)
-        scratch = workspace.reserve(workspace_bytes(problem, route_id, device))
-    launch(problem, device, route_id, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scratch, scale,
+    launch(problem, device, route_id, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, scale,
            int(tuning))  # fmt: skip
     return o, final_state
 

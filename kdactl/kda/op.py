@@ -13,7 +13,8 @@ from typing import Optional
 
 import torch
 
-from kdactl.kda.problem import KdaProblem
+from kdactl.kda.problem import KdaProblem, current_stream_ptr
+from kdactl.kda.workspace import KdaWorkspace
 from kdactl.kda.routes import ROUTE_TABLE, DeviceInfo, decide_route
 
 UNDECIDED = -1  # route_id of a call traced by torch.compile: the op decides the route when it runs
@@ -59,11 +60,6 @@ def _args(p: KdaProblem, route_id: int, device: DeviceInfo, q=None, k=None, v=No
     )  # fmt: skip
 
 
-def workspace_bytes(problem: KdaProblem, route_id: int, device: DeviceInfo) -> int:
-    """Scratch bytes route ``route_id`` needs for this problem (the kernel library says; 0 for some)."""
-    return kernels().workspace_bytes(route_id, _args(problem, route_id, device))
-
-
 @torch.library.custom_op("kdactl::kda_prefill_", mutates_args=("o", "final_state", "workspace"), device_types="cuda")
 def kda_prefill_(
     q: torch.Tensor,
@@ -102,17 +98,19 @@ def launch(problem: KdaProblem, device: DeviceInfo, route_id: int, q, k, v, g, b
            final_state, workspace, scale: float, tuning: int) -> None:  # fmt: skip
     """The launch itself, for inputs already checked and a route already decided: what an eager
     prefill calls directly (torch's custom-op dispatch costs more host time than the whole launch),
-    and what the custom op calls under torch.compile."""
+    and what the custom op calls under torch.compile. ``workspace``: a claimed KdaWorkspace, a uint8
+    scratch tensor, or None (scratch is then allocated here when the route needs it)."""
     lib = kernels()
     args = _args(problem, route_id, device, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, tuning)
     need = lib.workspace_bytes(route_id, args)
-    if need and (workspace is None or workspace.numel() < need):
-        workspace = torch.empty(need, dtype=torch.uint8, device=q.device)
     if need:
-        args.workspace, args.workspace_bytes = workspace.data_ptr(), workspace.numel()
+        scratch = workspace.reserve(need) if isinstance(workspace, KdaWorkspace) else workspace
+        if scratch is None or scratch.numel() < need:
+            scratch = torch.empty(need, dtype=torch.uint8, device=q.device)
+        args.workspace, args.workspace_bytes = scratch.data_ptr(), scratch.numel()
     chosen = ROUTE_TABLE[route_id].name
     kernel = lib.kda_route(chosen)
-    stream = ctypes.c_void_p(torch.cuda.current_stream(q.device).cuda_stream)
+    stream = ctypes.c_void_p(current_stream_ptr(q.device))
     guard = torch.cuda.device(q.device) if q.device.index != torch.cuda.current_device() else contextlib.nullcontext()
     with guard:
         for _ in range(_launches()):

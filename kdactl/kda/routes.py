@@ -15,6 +15,7 @@ No torch here: kdactl.skus and the bench options read the route names where torc
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional
@@ -184,7 +185,15 @@ def eligibility(problem: KdaProblem, device: DeviceInfo) -> dict[str, Optional[s
 
 
 def decide_route(problem: KdaProblem, device: DeviceInfo, route: str = "auto") -> RouteDecision:
-    """The route to run, with the reason for every route passed over."""
+    """The route to run, with the reason for every route passed over. A pure function of plain
+    data, so it is remembered: a serving engine repeats a few shapes, and this runs on every call."""
+    if not isinstance(route, str):
+        raise ValueError(f"kdactl.kda.prefill: route must be 'auto' or one of {ROUTES}, got {route!r}")
+    return _decide_route(problem, device, route)
+
+
+@functools.lru_cache(maxsize=4096)
+def _decide_route(problem: KdaProblem, device: DeviceInfo, route: str) -> RouteDecision:
     verdicts = eligibility(problem, device)
     if route != "auto":
         if route not in verdicts:

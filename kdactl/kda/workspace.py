@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from kdactl.kda.problem import capturing
+from kdactl.kda.problem import capturing, current_stream_ptr
 
 
 class KdaWorkspace:
@@ -42,7 +42,7 @@ class KdaWorkspace:
         """Check that this call may use the workspace, and bind it; ValueError naming the conflict."""
         if device != self.device:
             raise ValueError(f"kdactl.kda.prefill: workspace is for {self.device}, inputs are on {device}")
-        stream = torch.cuda.current_stream(device).cuda_stream
+        stream = current_stream_ptr(device)
         capture = _capture_id(stream) if capturing(device) else 0
         if self.capture_id is not None and capture != self.capture_id:
             where = f"graph capture {capture}" if capture else f"eager work on stream {stream:#x}"
