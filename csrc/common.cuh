@@ -49,6 +49,11 @@ static inline int kdactl_launch_prologue(const kdactl_kda_args* a, int* sms) {
   if (a->batch < 0 || a->batch > KDACTL_MAX_GRID_DIM) return KDACTL_ERR_BAD_BATCH;
   if (a->heads <= 0 || a->heads > KDACTL_MAX_GRID_DIM) return KDACTL_ERR_BAD_HEADS;
   if (a->seqlen < 0) return KDACTL_ERR_BAD_SEQLEN;
+  if (a->qk_heads < 0 || (a->qk_heads > 0 && a->heads % a->qk_heads)) return KDACTL_ERR_BAD_QK_HEADS;
+  if (a->beta_mode < KDACTL_BETA_AS_GIVEN || a->beta_mode > KDACTL_BETA_SIGMOID2) return KDACTL_ERR_BAD_BETA_MODE;
+  if (a->gate_mode < KDACTL_GATE_AS_GIVEN || a->gate_mode > KDACTL_GATE_LOWER_BOUND ||
+      (a->gate_mode == KDACTL_GATE_SOFTPLUS && a->A_log == nullptr))
+    return KDACTL_ERR_BAD_GATE_MODE;
   if (a->batch == 0) return 0;
   if (int rc = kdactl_check_device()) return rc;
   int dev = 0;

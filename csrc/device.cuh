@@ -86,9 +86,37 @@ __device__ __forceinline__ void sequence_bounds(const kdactl_kda_args& a, int64_
   }
 }
 
+// The row of q and k that value head h of token `token` reads: GVA shares one q/k head among
+// heads / qk_heads consecutive value heads, as fla does.
+__device__ __forceinline__ int64_t qk_row(const kdactl_kda_args& a, int64_t token, int h) {
+  const int hq = a.qk_heads > 0 ? a.qk_heads : a.heads;
+  return token * hq + h / (a.heads / hq);
+}
+
 __device__ __forceinline__ float load_beta(const kdactl_kda_args& a, int64_t idx) {
-  return a.beta_is_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(a.beta)[idx])
-                        : static_cast<const float*>(a.beta)[idx];
+  const float b = a.beta_is_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(a.beta)[idx])
+                                 : static_cast<const float*>(a.beta)[idx];
+  if (a.beta_mode == KDACTL_BETA_AS_GIVEN) return b;
+  const float s = 1.f / (1.f + expf(-b));
+  return a.beta_mode == KDACTL_BETA_SIGMOID2 ? 2.f * s : s;
+}
+
+// The log decay of head h, key channel `key`, from g as loaded: g itself, or one of fla's gates.
+// Full-precision exp/log: the decay's error is summed over every token of a chunk.
+__device__ __forceinline__ float gate_of(const kdactl_kda_args& a, float g, int h, int key) {
+  if (a.gate_mode == KDACTL_GATE_AS_GIVEN) return g;
+  const float x = g + (a.dt_bias ? a.dt_bias[static_cast<int64_t>(h) * a.key_dim + key] : 0.f);
+  if (a.gate_mode == KDACTL_GATE_SOFTPLUS) return -expf(a.A_log[h]) * (x > 20.f ? x : log1pf(expf(x)));
+  const float y = a.A_log ? expf(a.A_log[h]) * x : x;
+  return a.lower_bound / (1.f + expf(-y));
+}
+
+constexpr float kL2NormEps = 1e-6f;  // fla's l2norm: x / sqrt(|x|^2 + eps)
+
+__device__ __forceinline__ float warp_allreduce(float x) {
+#pragma unroll
+  for (int mask = 16; mask > 0; mask >>= 1) x += __shfl_xor_sync(0xffffffffu, x, mask);
+  return x;
 }
 
 }  // namespace kdactl

@@ -96,10 +96,11 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
   const bf16* k = static_cast<const bf16*>(a.k);
   const bf16* v = static_cast<const bf16*>(a.v);
   auto src_row = [&](int r) { return (row0 + (r < ntok ? r : 0)) * H + h; };
+  auto qk_src = [&](int r) { return qk_row(a, row0 + (r < ntok ? r : 0), h); };
   for (int i = lane; i < C * (K / 8); i += 32) {
     const int r = i / (K / 8), j = i % (K / 8), bytes = r < ntok ? 16 : 0;
-    cp_async16_zfill(&sm.q[r][j * 8], q + src_row(r) * K + j * 8, bytes);
-    cp_async16_zfill(&sm.k[r][j * 8], k + src_row(r) * K + j * 8, bytes);
+    cp_async16_zfill(&sm.q[r][j * 8], q + qk_src(r) * K + j * 8, bytes);
+    cp_async16_zfill(&sm.k[r][j * 8], k + qk_src(r) * K + j * 8, bytes);
     if constexpr (kGBf16)
       cp_async16_zfill(&sm.graw[r][j * 8], static_cast<const bf16*>(a.g) + src_row(r) * K + j * 8, bytes);
   }
@@ -117,6 +118,21 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
   if (lane < C) sm.beta[lane] = lane < ntok ? load_beta(a, (row0 + lane) * H + h) : 0.f;
   cp_async_wait_all();
   __syncwarp();
+  if (a.qk_l2norm) {  // normalized in place, rounded to bf16 as the tensor-core products read them
+    for (int r = 0; r < ntok; ++r) {
+      float qq = 0.f, kk = 0.f;
+      for (int j = lane; j < K; j += 32) {
+        const float x = bf(sm.q[r][j]), y = bf(sm.k[r][j]);
+        qq += x * x, kk += y * y;
+      }
+      const float rq = rsqrtf(warp_allreduce(qq) + kL2NormEps), rk = rsqrtf(warp_allreduce(kk) + kL2NormEps);
+      for (int j = lane; j < K; j += 32) {
+        sm.q[r][j] = __float2bfloat16(bf(sm.q[r][j]) * rq);
+        sm.k[r][j] = __float2bfloat16(bf(sm.k[r][j]) * rk);
+      }
+    }
+    __syncwarp();
+  }
 
   unsigned char* blk = ws + (slot * H + h) * B::kBytes;
   bf16* w_out = reinterpret_cast<bf16*>(blk + B::kW);
@@ -136,6 +152,7 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
       for (int e = 0; e < 4; ++e) {
         float gv;
         if constexpr (kGBf16) gv = bf(sm.graw[r][4 * j + e]); else gv = sm.G[r][4 * j + e];
+        if (r < ntok) gv = gate_of(a, gv, h, 4 * j + e);  // rows past the end stay 0: no decay
         run[e] += gv;
         sm.G[r][4 * j + e] = run[e];
       }

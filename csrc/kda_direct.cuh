@@ -51,12 +51,6 @@ __device__ __forceinline__ float reduce_scatter(float (&v)[NV], int lane) {
   return v[0];
 }
 
-__device__ __forceinline__ float warp_allreduce(float x) {
-#pragma unroll
-  for (int mask = 16; mask > 0; mask >>= 1) x += __shfl_xor_sync(kFull, x, mask);
-  return x;
-}
-
 template <int K, bool kGBf16>
 struct Stage {
   using GType = typename std::conditional<kGBf16, __nv_bfloat16, float>::type;
@@ -117,10 +111,10 @@ __global__ void __launch_bounds__(128) kda_direct_kernel(const kdactl_kda_args a
       const int t = i / per_tok, j = i % per_tok;
       const int64_t row = (bos + t0 + t) * H + h;  // token-head row of the [B*T, H, *] tensors
       if (j < kQChunks) {
-        cp_async16(&stage[buf].q[t][j * 8], q + row * K + j * 8);
+        cp_async16(&stage[buf].q[t][j * 8], q + qk_row(a, bos + t0 + t, h) * K + j * 8);
       } else if (j < 2 * kQChunks) {
         const int jj = j - kQChunks;
-        cp_async16(&stage[buf].k[t][jj * 8], k + row * K + jj * 8);
+        cp_async16(&stage[buf].k[t][jj * 8], k + qk_row(a, bos + t0 + t, h) * K + jj * 8);
       } else if (j < 2 * kQChunks + kGChunks) {
         constexpr int per = 16 / sizeof(typename StageT::GType);
         const int jj = j - 2 * kQChunks;
@@ -149,17 +143,29 @@ __global__ void __launch_bounds__(128) kda_direct_kernel(const kdactl_kda_args a
 
     for (int t = 0; t < ntok; ++t) {
       // Per-token factors for this lane's rows (independent of S: overlaps the chain).
-      float d[RPL], kf[RPL], kd[RPL], qd[RPL], qk = 0.f;
+      float d[RPL], kf[RPL], kd[RPL], qd[RPL], qf[RPL], qk = 0.f;
 #pragma unroll
       for (int e = 0; e < RPL; ++e) {
-        const float qe = __bfloat162float(st.q[t][row0 + e]);
+        qf[e] = __bfloat162float(st.q[t][row0 + e]);
         kf[e] = __bfloat162float(st.k[t][row0 + e]);
         float ge;
         if constexpr (kGBf16) ge = __bfloat162float(st.g[t][row0 + e]); else ge = st.g[t][row0 + e];
-        d[e] = __expf(ge);
+        d[e] = __expf(gate_of(a, ge, h, row0 + e));
+        qk += qf[e] * kf[e];
+      }
+      if (a.qk_l2norm) {  // the warp holds all K rows of the token: its sums are the norms
+        float qq = 0.f, kk = 0.f;
+#pragma unroll
+        for (int e = 0; e < RPL; ++e) qq += qf[e] * qf[e], kk += kf[e] * kf[e];
+        const float rq = rsqrtf(warp_allreduce(qq) + kL2NormEps), rk = rsqrtf(warp_allreduce(kk) + kL2NormEps);
+#pragma unroll
+        for (int e = 0; e < RPL; ++e) qf[e] *= rq, kf[e] *= rk;
+        qk *= rq * rk;  // this lane's share of q.k, of the normalized rows
+      }
+#pragma unroll
+      for (int e = 0; e < RPL; ++e) {
         kd[e] = kf[e] * d[e];
-        qd[e] = scale * qe * d[e];
-        qk += qe * kf[e];
+        qd[e] = scale * qf[e] * d[e];
       }
       // Phase 1: both dots of every column from S_{t-1}, reduced over K.
       float vals[NV];

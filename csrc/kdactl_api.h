@@ -8,7 +8,7 @@
 extern "C" {
 #endif
 
-#define KDACTL_ABI_VERSION 4
+#define KDACTL_ABI_VERSION 5
 
 // Facts the Python side is built on: kdactl.kda.routes holds each one under the name without the
 // prefix, and the loader refuses a library whose values (kdactl_constant) differ.
@@ -48,6 +48,9 @@ enum {
   KDACTL_ERR_BAD_TUNING,
   KDACTL_ERR_BAD_WORKSPACE,
   KDACTL_ERR_BAD_SEGMENT_CHUNKS,
+  KDACTL_ERR_BAD_QK_HEADS,
+  KDACTL_ERR_BAD_BETA_MODE,
+  KDACTL_ERR_BAD_GATE_MODE,
   KDACTL_ERR_BAD_END  // one past the last bad-argument code (not a code)
 };
 
@@ -74,8 +77,20 @@ int kdactl_stream_capture_id(void* stream, unsigned long long* out);
 // warp shuffles and a shared-memory round trip. Python recomputes the expected values.
 int kdactl_selftest(uint32_t* out, int n, uint32_t seed, void* stream);
 
+// The input transforms fla's chunk_kda fuses, applied by every route where it loads its inputs.
+enum {
+  KDACTL_BETA_AS_GIVEN = 0,  // beta is used as given
+  KDACTL_BETA_SIGMOID = 1,   // sigmoid(beta)
+  KDACTL_BETA_SIGMOID2 = 2,  // 2 sigmoid(beta): negative eigenvalues allowed
+};
+enum {
+  KDACTL_GATE_AS_GIVEN = 0,     // g is the log decay
+  KDACTL_GATE_SOFTPLUS = 1,     // -exp(A_log[h]) softplus(g + dt_bias[h, key])
+  KDACTL_GATE_LOWER_BOUND = 2,  // lower_bound sigmoid(exp(A_log[h]) (g + dt_bias[h, key])); no A_log: of g + dt_bias
+};
+
 // KDA prefill arguments shared by all routes. Layouts follow flash-linear-attention:
-// q,k [B,T,H,K] bf16; v, o [B,T,H,V] bf16; g [B,T,H,K] fp32 or bf16; beta [B,T,H] fp32 or bf16;
+// q,k [B,T,Hqk,K] bf16 (Hqk = qk_heads, dividing H); v, o [B,T,H,V] bf16; g [B,T,H,K] fp32 or bf16; beta [B,T,H] fp32 or bf16;
 // state [N,H,K,V] fp32. Varlen: B == 1 and cu_seqlens [N+1] gives the sequence bounds.
 typedef struct {
   const void* q;
@@ -100,6 +115,14 @@ typedef struct {
   void* workspace;              // route scratch memory (kdactl_kda_workspace_bytes); may be NULL when 0
   uint64_t workspace_bytes;     // its size
   int32_t segment_chunks;       // route small_bh: chunks per segment (kdactl.kda.routes plans it)
+  // Fused input transforms (fla's chunk_kda options); all zero: none.
+  int32_t qk_heads;             // heads of q and k (0: heads); heads / qk_heads value heads share one (GVA)
+  int32_t qk_l2norm;            // 1: every q and k row is used as x / sqrt(|x|^2 + 1e-6)
+  int32_t beta_mode;            // KDACTL_BETA_*
+  int32_t gate_mode;            // KDACTL_GATE_*
+  const float* A_log;           // [heads] fp32; required by KDACTL_GATE_SOFTPLUS
+  const float* dt_bias;         // [heads * key_dim] fp32, added to g by the gates; may be NULL
+  float lower_bound;            // KDACTL_GATE_LOWER_BOUND
 } kdactl_kda_args;
 
 // Scratch bytes route `route` (an id of KDACTL_ROUTES) needs for these shapes (pointers are not read).

@@ -36,6 +36,10 @@ constexpr Constant kConstants[] = {
     KDACTL_CONSTANT(TUNING_STAGES),
     KDACTL_CONSTANT(SMALL_BH_CTAS_PER_SM),
     KDACTL_CONSTANT(ERR_WRONG_DEVICE),  // the one error code Python tells apart by its value
+    KDACTL_CONSTANT(BETA_SIGMOID),
+    KDACTL_CONSTANT(BETA_SIGMOID2),
+    KDACTL_CONSTANT(GATE_SOFTPLUS),
+    KDACTL_CONSTANT(GATE_LOWER_BOUND),
 };
 
 // One entry per bad-argument code, in code order from KDACTL_ERR_BAD_ARGS.
@@ -60,6 +64,9 @@ constexpr ArgumentError kArgumentErrors[] = {
     {KDACTL_ERR_BAD_WORKSPACE, "workspace", "workspace is NULL or smaller than kdactl_kda_workspace_bytes"},
     {KDACTL_ERR_BAD_SEGMENT_CHUNKS, "segment_chunks",
      "segment_chunks must be positive and cut at most " KDACTL_STR(KDACTL_MAX_GRID_DIM) " reduction slots"},
+    {KDACTL_ERR_BAD_QK_HEADS, "qk_heads", "qk_heads must be 0 or divide heads"},
+    {KDACTL_ERR_BAD_BETA_MODE, "beta_mode", "beta_mode must be one of KDACTL_BETA_*"},
+    {KDACTL_ERR_BAD_GATE_MODE, "gate_mode", "gate_mode must be one of KDACTL_GATE_*, with A_log for the softplus gate"},
 };
 constexpr int kArgumentErrorCount = sizeof(kArgumentErrors) / sizeof(kArgumentErrors[0]);
 

@@ -117,3 +117,27 @@ def _chunk(q, k, v, g, beta, S):
     GC = G[-1]  # [H,K]
     S_end = GC.exp().unsqueeze(-1) * S + torch.einsum("thk,htv->hkv", k * (GC - G).exp(), U)
     return O.transpose(0, 1), S_end
+
+
+def fused_inputs(q, k, v, g, beta, fused, A_log=None, dt_bias=None):
+    """(q, k, g, beta) in fp64 as the recurrence sees them when the kernels fuse fla's input
+    transforms (kdactl.kda.fused: q/k l2norm, the gate from raw g, beta's sigmoid), with grouped
+    values' shared q/k heads repeated to v's heads: the reference inputs for such a call."""
+    from kdactl.kda.fused import BETA_AS_GIVEN, BETA_SIGMOID2, GATE_SOFTPLUS, L2NORM_EPS, SOFTPLUS_LINEAR_ABOVE
+
+    H, K = v.shape[2], q.shape[-1]
+    q, k, g, beta = (x.detach().double() for x in (q, k, g, beta))
+    if fused.qk_l2norm:
+        q, k = (x / (x.pow(2).sum(-1, keepdim=True) + L2NORM_EPS).sqrt() for x in (q, k))
+    group = H // q.shape[2]
+    q, k = q.repeat_interleave(group, dim=2), k.repeat_interleave(group, dim=2)
+    if fused.gated:
+        x = g + (dt_bias.detach().double().reshape(H, K).to(g.device) if dt_bias is not None else 0.0)
+        a = A_log.detach().double().to(g.device).exp()[:, None] if A_log is not None else None
+        if fused.gate_mode == GATE_SOFTPLUS:
+            g = -a * torch.where(x > SOFTPLUS_LINEAR_ABOVE, x, torch.log1p(torch.exp(x)))
+        else:
+            g = fused.lower_bound * torch.sigmoid(a * x if a is not None else x)
+    if fused.beta_mode != BETA_AS_GIVEN:
+        beta = torch.sigmoid(beta) * (2.0 if fused.beta_mode == BETA_SIGMOID2 else 1.0)
+    return q, k, g, beta

@@ -36,7 +36,9 @@ BAD = {
     "k-shape": (lambda: _mutate("k", lambda t: t[:, :4]), "k must have shape (1, 8, 2, 128)"),
     "g-shape": (lambda: _mutate("g", lambda t: t[..., :64].contiguous()), "g must have shape"),
     "beta-shape": (lambda: _mutate("beta", lambda t: t[:, :, :1].contiguous()), "beta must have shape (1, 8, 2)"),
-    "v-heads": (lambda: _mutate("v", lambda t: t[:, :, :1].contiguous()), "v must have shape (1, 8, 2, 128)"),
+    "v-heads": (lambda: _mutate("v", lambda t: t[:, :, :1].contiguous()), "v heads must be a multiple of q's 2 heads"),
+    "v-batch": (lambda: _mutate("v", lambda t: t[:, :4].contiguous()), "v must have shape (1, 8, 2, 128)"),
+    "g-gva": (lambda: _mutate("v", lambda t: t.repeat(1, 1, 2, 1)), "g must have shape (1, 8, 4, 128)"),
     "k-contig": (lambda: _mutate("k", lambda t: t.transpose(1, 2).contiguous().transpose(1, 2)), "k must be contiguous"),
     "q-type": (lambda: _mutate("q", lambda t: t.tolist()), "q must be a torch.Tensor"),
 }

@@ -20,13 +20,14 @@ from kdactl.hw.toolkit import Toolkit, find_toolkit
 from kdactl.jit import aot
 from kdactl.jit.build import build_library, lookup_cached
 from kdactl.jit.spec import kernel_library_spec
+from kdactl.kda.fused import FUSED_CONSTANTS
 from kdactl.kda.routes import ROUTE_TABLE, ROUTES, SHARED_CONSTANTS
 from kdactl.settings import Settings
 from kdactl.targets import decide_target, get_target
 
 log = logging.getLogger("kdactl.jit")
 
-ABI_VERSION = 4  # KDACTL_ABI_VERSION in csrc/kdactl_api.h
+ABI_VERSION = 5  # KDACTL_ABI_VERSION in csrc/kdactl_api.h
 KDACTL_ERR_WRONG_DEVICE = 10001  # checked against the library with the constants of kdactl.kda.routes
 
 ToolkitProvider = Callable[[str], Toolkit]
@@ -59,6 +60,13 @@ class KdaArgs(ctypes.Structure):
         ("workspace", ctypes.c_void_p),  # void*, route scratch memory
         ("workspace_bytes", ctypes.c_uint64),
         ("segment_chunks", ctypes.c_int32),  # route small_bh's plan
+        ("qk_heads", ctypes.c_int32),  # the fused input transforms (kdactl.kda.fused)
+        ("qk_l2norm", ctypes.c_int32),
+        ("beta_mode", ctypes.c_int32),
+        ("gate_mode", ctypes.c_int32),
+        ("A_log", ctypes.c_void_p),  # const float*, may be NULL
+        ("dt_bias", ctypes.c_void_p),  # const float*, may be NULL
+        ("lower_bound", ctypes.c_float),
     ]
 
 
@@ -82,7 +90,7 @@ SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     **{f"kdactl_kda_{route}": _KDA_ROUTE_SIGNATURE for route in ROUTES},
 }
 # The library's constants the Python side relies on: KDACTL_<name> -> the value it must have.
-EXPECTED_CONSTANTS: dict[str, int] = {**SHARED_CONSTANTS, "ERR_WRONG_DEVICE": KDACTL_ERR_WRONG_DEVICE}
+EXPECTED_CONSTANTS: dict[str, int] = {**SHARED_CONSTANTS, **FUSED_CONSTANTS, "ERR_WRONG_DEVICE": KDACTL_ERR_WRONG_DEVICE}
 
 
 class KernelError(Inconclusive, RuntimeError):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from kdactl.kda.fla_api import chunk_kda
+from kdactl.kda.fused import Fused
 from kdactl.kda.routes import ROUTES, TUNING_AUTO, DeviceInfo, RouteDecision, decide_route, eligibility, select_route
 
 if TYPE_CHECKING:
@@ -17,8 +19,8 @@ if TYPE_CHECKING:
     from kdactl.kda.workspace import KdaWorkspace
 
 __all__ = [
-    "ROUTES", "DeviceInfo", "KdaProblem", "KdaWorkspace", "RouteDecision",
-    "decide_route", "eligibility", "prefill", "select_route", "validate",
+    "ROUTES", "DeviceInfo", "Fused", "KdaProblem", "KdaWorkspace", "RouteDecision",
+    "chunk_kda", "decide_route", "eligibility", "prefill", "select_route", "validate",
 ]  # fmt: skip
 _TORCH_NAMES = {  # name -> the module that holds it and imports torch
     "KdaProblem": "kdactl.kda.problem", "validate": "kdactl.kda.problem", "KdaWorkspace": "kdactl.kda.workspace",
@@ -32,7 +34,8 @@ def __getattr__(name: str):
 
 
 def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False,
-            cu_seqlens=None, cu_seqlens_cpu=None, route="auto", workspace=None, out=None, tuning=TUNING_AUTO):  # fmt: skip
+            cu_seqlens=None, cu_seqlens_cpu=None, route="auto", workspace=None, out=None, tuning=TUNING_AUTO,
+            fused=None, A_log=None, dt_bias=None):  # fmt: skip
     """KDA prefill. Returns ``(o, final_state or None)``; see SPEC.md "The KDA op".
 
     ``out`` is a preallocated o tensor, or a tuple ``(o, final_state)``; with ``workspace`` (a
@@ -41,6 +44,9 @@ def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_st
     ``cu_seqlens_cpu`` (a list or CPU tensor equal to cu_seqlens) lets the call check the bounds on
     the host: without it, cu_seqlens is read back from the device, which synchronizes it.
     An eager call launches directly (no torch dispatch); under torch.compile it is one custom op.
+    ``fused`` (a kdactl.kda.fused.Fused) asks the kernels for fla's input transforms (q/k l2norm, the
+    gate from raw g with ``A_log`` / ``dt_bias``, beta's sigmoid) where they load; v may have a
+    multiple of q's heads (grouped values: g, beta, state and o then have v's heads).
     """
     import torch
 
@@ -48,21 +54,29 @@ def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_st
     from kdactl.kda.problem import validate
 
     eager = not torch.compiler.is_compiling()  # tracing reads no pointers and no device facts
+    from kdactl.kda.fused import NONE, Fused
+    from kdactl.kda.problem import validate_fused
+
     problem = validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu,
                        runtime=eager)  # fmt: skip
+    fused = NONE if fused is None else fused
+    if not isinstance(fused, Fused):
+        raise ValueError(f"kdactl.kda.prefill: fused must be a kdactl.kda.fused.Fused, got {type(fused).__name__}")
+    validate_fused(fused, A_log, dt_bias, problem, q.device, runtime=eager)
     o, final_state = _outputs(out, q, v, problem, output_final_state, eager)
     scale = problem.key_dim**-0.5 if scale is None else float(scale)
     if not eager:  # one opaque op in the graph; it decides the route when it runs
         scratch = workspace.buffer if workspace is not None else None
         kda_prefill_(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scratch, scale, route, UNDECIDED,
-                     int(tuning))  # fmt: skip
+                     int(tuning), A_log, dt_bias, fused.qk_l2norm, fused.beta_mode, fused.gate_mode,
+                     float(fused.lower_bound))  # fmt: skip
         return o, final_state
     device = device_info(q.device)
     route_id = decide_route(problem, device, route).id  # an ineligible forced route fails here
     if workspace is not None:
         workspace.claim(q.device)
     launch(problem, device, route_id, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, scale,
-           int(tuning))  # fmt: skip
+           int(tuning), fused, A_log, dt_bias)  # fmt: skip
     return o, final_state
 
 

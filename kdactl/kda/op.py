@@ -13,6 +13,7 @@ from typing import Optional
 
 import torch
 
+from kdactl.kda.fused import NONE, Fused
 from kdactl.kda.problem import KdaProblem, current_stream_ptr
 from kdactl.kda.workspace import KdaWorkspace
 from kdactl.kda.routes import ROUTE_TABLE, DeviceInfo, decide_route
@@ -46,11 +47,14 @@ def _ptr(x: Optional[torch.Tensor]) -> Optional[int]:
 
 
 def _args(p: KdaProblem, route_id: int, device: DeviceInfo, q=None, k=None, v=None, g=None, beta=None,
-          initial_state=None, cu_seqlens=None, o=None, final_state=None, scale=1.0, tuning=0):  # fmt: skip
+          initial_state=None, cu_seqlens=None, o=None, final_state=None, scale=1.0, tuning=0, fused: Fused = NONE,
+          A_log=None, dt_bias=None):  # fmt: skip
     from kdactl.jit.library import KdaArgs
 
     segment_chunks = ROUTE_TABLE[route_id].segment_chunks(p, device)
     return KdaArgs(
+        qk_heads=p.qk_heads, qk_l2norm=int(fused.qk_l2norm), beta_mode=fused.beta_mode, gate_mode=fused.gate_mode,
+        A_log=_ptr(A_log), dt_bias=_ptr(dt_bias), lower_bound=fused.lower_bound,
         q=_ptr(q), k=_ptr(k), v=_ptr(v), g=_ptr(g), beta=_ptr(beta),
         initial_state=_ptr(initial_state), o=_ptr(o), final_state=_ptr(final_state),
         cu_seqlens=_ptr(cu_seqlens), batch=p.num_seqs, seqlen=p.seqlen, heads=p.heads,
@@ -76,6 +80,12 @@ def kda_prefill_(
     route: str,
     route_id: int,
     tuning: int,
+    A_log: Optional[torch.Tensor] = None,
+    dt_bias: Optional[torch.Tensor] = None,
+    qk_l2norm: bool = False,
+    beta_mode: int = 0,
+    gate_mode: int = 0,
+    lower_bound: float = 0.0,
 ) -> None:
     """Launch route ``route_id`` (an id of ROUTE_TABLE) on the current stream: kdactl.kda.prefill
     validated the inputs and decided it. A call that torch.compile traced passes UNDECIDED instead
@@ -83,7 +93,7 @@ def kda_prefill_(
     pointer checks the trace skipped are repeated here for every call.
     ``workspace`` is a uint8 scratch buffer; one is allocated here when it is missing or too small."""
     tensors = dict(q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, cu_seqlens=cu_seqlens,
-                   o=o, final_state=final_state)  # fmt: skip
+                   o=o, final_state=final_state, A_log=A_log, dt_bias=dt_bias)  # fmt: skip
     for name, t in tensors.items():
         if t is not None and t.numel() and t.data_ptr() % 16:
             raise ValueError(f"kdactl.kda.prefill: {name} must be 16-byte aligned")
@@ -91,17 +101,20 @@ def kda_prefill_(
     device = device_info(q.device)
     if route_id == UNDECIDED:
         route_id = decide_route(problem, device, route).id
-    launch(problem, device, route_id, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, scale, tuning)
+    launch(problem, device, route_id, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, scale,
+           tuning, Fused(qk_l2norm, beta_mode, gate_mode, lower_bound), A_log, dt_bias)  # fmt: skip
 
 
 def launch(problem: KdaProblem, device: DeviceInfo, route_id: int, q, k, v, g, beta, initial_state, cu_seqlens, o,
-           final_state, workspace, scale: float, tuning: int) -> None:  # fmt: skip
+           final_state, workspace, scale: float, tuning: int, fused: Fused = NONE, A_log=None,
+           dt_bias=None) -> None:  # fmt: skip
     """The launch itself, for inputs already checked and a route already decided: what an eager
     prefill calls directly (torch's custom-op dispatch costs more host time than the whole launch),
     and what the custom op calls under torch.compile. ``workspace``: a claimed KdaWorkspace, a uint8
     scratch tensor, or None (scratch is then allocated here when the route needs it)."""
     lib = kernels()
-    args = _args(problem, route_id, device, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, tuning)
+    args = _args(problem, route_id, device, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, tuning,
+                 fused, A_log, dt_bias)  # fmt: skip
     need = lib.workspace_bytes(route_id, args)
     if need:
         scratch = workspace.reserve(need) if isinstance(workspace, KdaWorkspace) else workspace
@@ -127,5 +140,6 @@ def _launches() -> int:
 
 
 @kda_prefill_.register_fake
-def _(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, scale, route, route_id, tuning) -> None:
+def _(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, scale, route, route_id, tuning,
+      A_log=None, dt_bias=None, qk_l2norm=False, beta_mode=0, gate_mode=0, lower_bound=0.0) -> None:  # fmt: skip
     return None

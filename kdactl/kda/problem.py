@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kdactl.kda.fused import GATE_SOFTPLUS, Fused
 from kdactl.kda.routes import MAX_GRID_DIM
 
 KEY_DIMS = (64, 128)
@@ -30,14 +31,16 @@ class KdaProblem:
     varlen: bool
     g_bf16: bool
     beta_bf16: bool
+    qk_heads: int = 0  # heads of q and k when fewer than ``heads`` (GVA); 0: the same
 
     @classmethod
     def of(cls, q, v, g, beta, cu_seqlens=None) -> "KdaProblem":
-        """The facts of already-validated tensors."""
-        B, T, H, K = q.shape
+        """The facts of already-validated tensors (``heads``: v's, the value heads)."""
+        B, T, Hq, K = q.shape
+        H = v.shape[2]
         num_seqs = cu_seqlens.numel() - 1 if cu_seqlens is not None else B
         return cls(B, T, H, K, v.shape[-1], num_seqs, cu_seqlens is not None,
-                   g.dtype == torch.bfloat16, beta.dtype == torch.bfloat16)  # fmt: skip
+                   g.dtype == torch.bfloat16, beta.dtype == torch.bfloat16, 0 if Hq == H else Hq)  # fmt: skip
 
 
 def capturing(device: torch.device) -> bool:
@@ -96,11 +99,13 @@ def validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, cu_seqlens_c
     check("v", v, bf16, 4)
     check("g", g, fp, 4)
     check("beta", beta, fp, 3)
-    B, T, H, K = q.shape
-    V = v.shape[-1]
+    B, T, Hq, K = q.shape
+    H, V = v.shape[2], v.shape[3]  # value heads: Hq of q/k, or a multiple of it (GVA, as fla)
     _check_shape("k", k, q.shape)
-    _check_shape("g", g, q.shape)
     _check_shape("v", v, (B, T, H, V))
+    if H % Hq:
+        raise _fail("v", f"heads must be a multiple of q's {Hq} heads (grouped values), got {H}")
+    _check_shape("g", g, (B, T, H, K))
     _check_shape("beta", beta, (B, T, H))
     if K not in KEY_DIMS:
         raise _fail("q", f"head dim K must be one of {KEY_DIMS}, got {K}")
@@ -120,6 +125,26 @@ def validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, cu_seqlens_c
         check("initial_state", initial_state, (torch.float32,), 4)
         _check_shape("initial_state", initial_state, (num_seqs, H, K, V))
     return KdaProblem.of(q, v, g, beta, cu_seqlens)
+
+
+def validate_fused(fused: Fused, A_log, dt_bias, problem: KdaProblem, device, *, require_cuda=True,
+                   runtime=True) -> None:  # fmt: skip
+    """The gate's parameters: A_log fp32 [H] (required by the softplus gate), dt_bias fp32 [H * K]
+    (or [H, K]), both only with a gate computed in the kernels."""
+    H, K = problem.heads, problem.key_dim
+    if not fused.gated:
+        for name, x in (("A_log", A_log), ("dt_bias", dt_bias)):
+            if x is not None:
+                raise _fail(name, "is given without a gate computed in the kernels (use_gate_in_kernel)")
+        return
+    if fused.gate_mode == GATE_SOFTPLUS and A_log is None:
+        raise _fail("A_log", "is required by the gate -exp(A_log) softplus(g + dt_bias) (or set lower_bound)")
+    for name, x, shapes in (("A_log", A_log, ((H,),)), ("dt_bias", dt_bias, ((H * K,), (H, K)))):
+        if x is None:
+            continue
+        _check_tensor(name, x, (torch.float32,), len(shapes[0]) if x.dim() == 1 else 2, device, require_cuda, runtime)
+        if tuple(x.shape) not in shapes:
+            raise _fail(name, f"must have shape {' or '.join(map(str, shapes))} for {H} heads of K={K}, got {tuple(x.shape)}")
 
 
 def _host_bounds(cu_cpu, cu) -> list[int]:

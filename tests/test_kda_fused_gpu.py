@@ -1,0 +1,100 @@
+"""fla's fused input transforms and grouped values on the GPU, every route that takes the shape,
+against the fp64 reference of the transformed inputs (kdactl.reference.fused_inputs); and the
+fla-compatible kdactl.kda.chunk_kda end to end."""
+
+import pytest
+import torch
+
+from kdactl.kda import chunk_kda, prefill
+from kdactl.kda.fused import BETA_SIGMOID, BETA_SIGMOID2, GATE_LOWER_BOUND, GATE_SOFTPLUS, Fused
+from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent
+from tests.kda_inputs import cu_seqlens_of
+
+pytestmark = pytest.mark.gpu
+
+
+def raw_inputs(T, Hq, H, K=128, *, seed=0, beta_dtype=torch.bfloat16):
+    """fla's test inputs for the fused options: q, k not normalized, g raw (pre-gate), beta as
+    logits, A_log = log U(1, 16), dt_bias ~ N(0, 1)."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+
+    def randn(*shape, dtype=torch.bfloat16):
+        return torch.randn(*shape, generator=gen, device="cuda").to(dtype)
+
+    x = {"q": randn(1, T, Hq, K), "k": randn(1, T, Hq, K), "v": randn(1, T, H, K),
+         "g": randn(1, T, H, K, dtype=torch.float32), "beta": randn(1, T, H, dtype=beta_dtype)}  # fmt: skip
+    A_log = torch.empty(H, device="cuda").uniform_(1, 16, generator=gen).log()
+    dt_bias = randn(H * K, dtype=torch.float32)
+    return x, A_log, dt_bias
+
+
+def check(x, fused, A_log=None, dt_bias=None, *, route, cu=None, s0=None):
+    o, s = prefill(**x, fused=fused, A_log=A_log, dt_bias=dt_bias, route=route, cu_seqlens=cu, initial_state=s0,
+                   output_final_state=True)  # fmt: skip
+    torch.cuda.synchronize()
+    q, k, g, beta = fused_inputs(x["q"], x["k"], x["v"], x["g"], x["beta"], fused, A_log, dt_bias)
+    o_ref, s_ref = kda_recurrent(q, k, x["v"], g, beta, initial_state=s0, cu_seqlens=cu, device="cuda")
+    eo, es = error_ratio(o_ref, o), error_ratio(s_ref, s)
+    print(f"error ratio o={eo:.3e} state={es:.3e}")
+    assert eo <= ERROR_LIMIT and es <= ERROR_LIMIT, f"error ratio o={eo:.2e} state={es:.2e}"
+
+
+FUSED = {
+    "l2norm": Fused(qk_l2norm=True),
+    "softplus-gate": Fused(gate_mode=GATE_SOFTPLUS),
+    "bound-gate": Fused(gate_mode=GATE_LOWER_BOUND, lower_bound=-5.0),
+    "sigmoid-beta": Fused(beta_mode=BETA_SIGMOID),
+    "all": Fused(True, BETA_SIGMOID2, GATE_SOFTPLUS),
+}
+
+
+@pytest.mark.parametrize("name", list(FUSED))
+@pytest.mark.parametrize("route, T", [("direct", 50), ("chunk", 200)])
+def test_each_transform_on_each_route(name, route, T):
+    fused = FUSED[name]
+    x, A_log, dt_bias = raw_inputs(T, 3, 3, seed=T)
+    if not fused.gated:
+        x["g"] = torch.nn.functional.logsigmoid(x["g"])  # an ordinary log decay
+        A_log = dt_bias = None
+    if fused.beta_mode == 0:
+        x["beta"] = torch.sigmoid(x["beta"].float()).to(x["beta"].dtype)
+    if not fused.qk_l2norm:
+        x["q"], x["k"] = (torch.nn.functional.normalize(t.float(), dim=-1).to(t.dtype) for t in (x["q"], x["k"]))
+    check(x, fused, A_log, dt_bias, route=route)
+
+
+@pytest.mark.parametrize("route", ["direct", "chunk"])
+@pytest.mark.parametrize("Hq, H", [(1, 4), (2, 8), (4, 4)])
+def test_grouped_values_with_every_transform_and_state(route, Hq, H):
+    x, A_log, dt_bias = raw_inputs(130, Hq, H, seed=Hq * 31 + H)
+    s0 = torch.randn(1, H, 128, 128, device="cuda") * 0.5
+    check(x, FUSED["all"], A_log, dt_bias, route=route, s0=s0)
+
+
+def test_bound_gate_without_A_log_and_varlen_int32():
+    lengths = [7, 0, 64, 129]
+    x, _, dt_bias = raw_inputs(sum(lengths), 2, 4, seed=5)
+    cu = cu_seqlens_of(lengths, dtype=torch.int32, device="cuda")
+    check(x, Fused(True, BETA_SIGMOID, GATE_LOWER_BOUND, -3.0), None, dt_bias, route="chunk", cu=cu)
+
+
+def test_small_bh_route_with_grouped_values_and_gate():
+    x, A_log, dt_bias = raw_inputs(4096, 1, 2, seed=11)
+    check(x, FUSED["all"], A_log, dt_bias, route="small_bh")
+
+
+def test_chunk_kda_drop_in_end_to_end():
+    """fla's call for Kimi Linear: l2norm, gate with A_log/dt_bias, beta sigmoid, varlen with a host copy."""
+    lengths = [300, 17, 1000]
+    x, A_log, dt_bias = raw_inputs(sum(lengths), 4, 8, seed=3)
+    cu = cu_seqlens_of(lengths, dtype=torch.int64, device="cuda")
+    s0 = torch.randn(3, 8, 128, 128, device="cuda") * 0.5
+    with torch.inference_mode():
+        o, s = chunk_kda(**x, initial_state=s0, output_final_state=True, use_qk_l2norm_in_kernel=True,
+                         use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True, A_log=A_log, dt_bias=dt_bias,
+                         cu_seqlens=cu, cu_seqlens_cpu=cu.cpu())  # fmt: skip
+    assert o.dtype == torch.bfloat16 and o.shape == x["v"].shape and s.shape == (3, 8, 128, 128)
+    fused = Fused(True, BETA_SIGMOID, GATE_SOFTPLUS)
+    q, k, g, beta = fused_inputs(x["q"], x["k"], x["v"], x["g"], x["beta"], fused, A_log, dt_bias)
+    o_ref, s_ref = kda_recurrent(q, k, x["v"], g, beta, initial_state=s0, cu_seqlens=cu, device="cuda")
+    assert error_ratio(o_ref, o) <= ERROR_LIMIT and error_ratio(s_ref, s) <= ERROR_LIMIT
