@@ -48,6 +48,7 @@ while True: a=(a@a).clamp_(-1,1)" > $S/cotenant.log 2>&1 & ct=$!
       certify_full busy-cotenant; kill $ct; wait $ct 2>/dev/null
       certify_full fault-slow KDACTL_FAULT=slow
       certify_full fault-busy KDACTL_FAULT=busy ;;
+    healthy) certify_full healthy ;;
     interrupt)  # Ctrl-C (SIGINT to kdactl) mid-run: exit 3 "interrupted", the old certificate kept, no worker left
       [ -f $S/healthy.json ] || timeout 120 kdactl certify --quick --out $S/healthy.json > /dev/null 2>&1
       cp $S/healthy.json $S/keep.json; s0=$SECONDS
