@@ -1,5 +1,6 @@
 """The compute-sanitizer payload: a smoke of every eligible route (fixed and varlen, with and
-without state) and of the device self-test, each checked against its reference.
+without state, and fixed with fla's fused transforms on grouped values) and of the device
+self-test, each checked against its reference.
 
 Run by kdactl.sanitizer.run as ``compute-sanitizer --tool T ... python payload.py [--faults-lib SO]``.
 Prints ``KDACTL-PAYLOAD-OK routes=<routes> kernels=<launches>`` only at the very end, when every
@@ -73,6 +74,11 @@ def _route_smokes(info, device, wrong: list[str]) -> list[str]:
                     ran.append(route)
                     if not result.ok:
                         wrong.append(f"{row.name} {'varlen' if varlen else 'fixed'} state={state}: {result.describe()}")
+            if ineligible_reason(route, row, False, info) is None:  # the fused transforms' load paths too
+                result = run_smoke(route, row, False, True, device, ref_device="cpu", fused=True)
+                ran.append(route)
+                if not result.ok:
+                    wrong.append(f"{row.name} fused: {result.describe()}")
     return ran
 
 

@@ -1,7 +1,8 @@
 """Route smokes: for each row of the route-boundary table (kdactl.smoke.SUITE_ROWS), the selector
 picks the route the SKU matrix (fleet/skus.toml) expects for the row's shape class, and every route
 in ROUTES that is eligible runs the row fixed and varlen, with and without an initial state, with a
-finite output within the SPEC error ratio of the fp64 reference. Routes join by being in ROUTES."""
+finite output within the SPEC error ratio of the fp64 reference, and once more with fla's fused
+input transforms on grouped values. Routes join by being in ROUTES."""
 
 from __future__ import annotations
 
@@ -42,3 +43,15 @@ def test_route_smoke(row, route, layout, state, device, device_info):
         pytest.skip(f"route {route} not eligible for {row.name} {layout}: {reason}")
     result = run_smoke(route, row, varlen, state == "state", device, ref_device="cuda", seed=len(row.name))
     assert result.ok, f"{row.name} {layout} {state}: {result.describe()}"
+
+
+@pytest.mark.parametrize(
+    "row,route", [_mark(row, route) for row in SUITE_ROWS for route in ROUTES],
+)  # fmt: skip
+def test_route_smoke_fused(row, route, device, device_info):
+    """The serving engines' call: q/k l2norm, the softplus gate, beta's sigmoid, grouped values."""
+    reason = ineligible_reason(route, row, False, device_info)
+    if reason is not None:
+        pytest.skip(f"route {route} not eligible for {row.name}: {reason}")
+    result = run_smoke(route, row, False, True, device, ref_device="cuda", seed=len(row.name), fused=True)
+    assert result.ok, f"{row.name} fused: {result.describe()}"

@@ -17,7 +17,8 @@ from kdactl.kda import KdaProblem, eligibility, prefill
 from kdactl.kda.inputs import random_inputs
 from kdactl.kda.routes import DeviceInfo
 from kdactl.reference import ERROR_LIMIT as TOL
-from kdactl.reference import error_ratio, kda_recurrent
+from kdactl.kda.fused import BETA_SIGMOID, GATE_SOFTPLUS, NONE, Fused
+from kdactl.reference import error_ratio, fused_inputs, kda_recurrent
 
 HEAD_DIM = 128  # K = V = 128, the size every route must support
 
@@ -85,15 +86,39 @@ class SmokeResult:
                 f"({verdict} the tolerance {TOL:g})")  # fmt: skip
 
 
+# The serving engines' call (fla's chunk_kda for Kimi Linear): every transform the kernels fuse.
+SMOKE_FUSED = Fused(qk_l2norm=True, beta_mode=BETA_SIGMOID, gate_mode=GATE_SOFTPLUS)
+
+
+def fused_variant(x: dict, seed: int) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """Inputs for SMOKE_FUSED from a row's inputs: q and k not normalized, and with half the heads
+    where the head count is even (grouped values); g raw, beta as logits; (inputs, A_log, dt_bias)."""
+    gen = torch.Generator(device=x["q"].device).manual_seed(seed)
+    B, T, H, K = x["g"].shape
+    hq = H // 2 if H % 2 == 0 else H
+    raw = dict(x, q=(x["q"][:, :, :hq] * 3).contiguous(), k=(x["k"][:, :, :hq] * 2).contiguous(),
+               g=torch.randn(B, T, H, K, generator=gen, device=x["g"].device),
+               beta=torch.randn(B, T, H, generator=gen, device=x["g"].device))  # fmt: skip
+    A_log = torch.rand(H, generator=gen, device=x["g"].device).mul_(2.7).log1p_()  # log of 1 + 2.7 U(0, 1)
+    dt_bias = torch.randn(H * K, generator=gen, device=x["g"].device)
+    return raw, A_log, dt_bias
+
+
 def run_smoke(route: str, row: SmokeRow, varlen: bool, with_state: bool, device: torch.device,
-              ref_device: str = "cuda", seed: int = 0) -> SmokeResult:  # fmt: skip
-    """Run ``route`` on the variant and compare o and the final state with the fp64 reference.
-    Under KDACTL_FAULT=wrong-result:<route> the output is perturbed first (kdactl.faults)."""
+              ref_device: str = "cuda", seed: int = 0, fused: bool = False) -> SmokeResult:  # fmt: skip
+    """Run ``route`` on the variant and compare o and the final state with the fp64 reference;
+    ``fused``: the SMOKE_FUSED call on grouped values (fused_variant). Under
+    KDACTL_FAULT=wrong-result:<route> the output is perturbed first (kdactl.faults)."""
     x, s0, cu = make_inputs(row, varlen, with_state, device, seed)
-    o, state = prefill(**x, initial_state=s0, output_final_state=True, cu_seqlens=cu, route=route)
+    spec, A_log, dt_bias = NONE, None, None
+    if fused:
+        (x, A_log, dt_bias), spec = fused_variant(x, seed), SMOKE_FUSED
+    o, state = prefill(**x, initial_state=s0, output_final_state=True, cu_seqlens=cu, route=route, fused=spec,
+                       A_log=A_log, dt_bias=dt_bias)  # fmt: skip
     torch.cuda.synchronize(device)
     o = perturb_output(route, o)
-    o_ref, s_ref = kda_recurrent(**x, initial_state=s0, cu_seqlens=cu, device=ref_device)
+    q, k, g, beta = fused_inputs(x["q"], x["k"], x["v"], x["g"], x["beta"], spec, A_log, dt_bias)
+    o_ref, s_ref = kda_recurrent(q, k, x["v"], g, beta, initial_state=s0, cu_seqlens=cu, device=ref_device)
     return SmokeResult(route, error_ratio(o_ref, o), error_ratio(s_ref, state))
 
 
