@@ -86,6 +86,12 @@ __device__ __forceinline__ void sequence_bounds(const kdactl_kda_args& a, int64_
   }
 }
 
+// The slot of sequence n's state in initial_state / final_state: n, or state_indices[n] (negative:
+// no state, start from zero and write nothing).
+__device__ __forceinline__ int64_t state_slot(const kdactl_kda_args& a, int64_t n) {
+  return a.state_indices ? static_cast<int64_t>(a.state_indices[n]) : n;
+}
+
 // The row of q and k that value head h of token `token` reads: GVA shares one q/k head among
 // heads / qk_heads consecutive value heads, as fla does.
 __device__ __forceinline__ int64_t qk_row(const kdactl_kda_args& a, int64_t token, int h) {

@@ -365,9 +365,10 @@ __global__ void __launch_bounds__(WARPS * 32)
   const int64_t seg_base = (z * H + h);  // this segment's slot in sg.ends and sg.maps
 
   float s[K / 8][4];  // S^T rows vw+g, vw+g+8 (of this slice) x keys 8j+2t, 8j+2t+1
-  const int64_t state_base = (n * H + h) * K * V;
+  const int64_t slot = state_slot(a, n);
+  const int64_t state_base = (slot * H + h) * K * V;
   const int vcol = v_cta + vw + g;
-  const float* s0 = a.initial_state ? a.initial_state + state_base : nullptr;
+  const float* s0 = a.initial_state && slot >= 0 ? a.initial_state + state_base : nullptr;
   if (PASS == Pass::kReduce && p > 0) s0 = nullptr;
   if (PASS == Pass::kReplay && p > 0) s0 = sg.ends + (seg_base - H) * K * V;  // the stitched start
 #pragma unroll
@@ -513,7 +514,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     }
     return;
   }
-  float* sf = a.final_state ? a.final_state + state_base : nullptr;
+  float* sf = a.final_state && slot >= 0 ? a.final_state + state_base : nullptr;
   if (PASS == Pass::kReduce) sf = sg.ends + seg_base * K * V;
   if (PASS == Pass::kReplay && p != sg.count - 1) sf = nullptr;
   if (sf) {

@@ -91,12 +91,14 @@ __global__ void __launch_bounds__(128) kda_direct_kernel(const kdactl_kda_args a
 
   // State S[row0 + e][col0 + c], fp32 in registers for the whole sequence.
   float S[RPL][kCols];
-  const int64_t state_base = (static_cast<int64_t>(n) * H + h) * K * V;
+  const int64_t slot = state_slot(a, n);
+  const int64_t state_base = (slot * H + h) * K * V;
+  const bool has_state = slot >= 0;
 #pragma unroll
   for (int e = 0; e < RPL; ++e)
 #pragma unroll
     for (int c = 0; c < kCols; ++c)
-      S[e][c] = a.initial_state ? a.initial_state[state_base + static_cast<int64_t>(row0 + e) * V + col0 + c] : 0.f;
+      S[e][c] = a.initial_state && has_state ? a.initial_state[state_base + static_cast<int64_t>(row0 + e) * V + col0 + c] : 0.f;
 
   // Stage tile `tile` into buffer `buf`: q, k, g rows and this CTA's v columns by cp.async (16-byte
   // chunks); beta returned to the caller, which stores it after the current tile's serial loop so
@@ -210,7 +212,7 @@ __global__ void __launch_bounds__(128) kda_direct_kernel(const kdactl_kda_args a
     if (tile + 1 < ntiles && threadIdx.x < kTile) stage[buf ^ 1].beta[threadIdx.x] = beta_next;
   }
 
-  if (a.final_state) {
+  if (a.final_state && has_state) {
 #pragma unroll
     for (int e = 0; e < RPL; ++e)
 #pragma unroll

@@ -123,6 +123,9 @@ typedef struct {
   const float* A_log;           // [heads] fp32; required by KDACTL_GATE_SOFTPLUS
   const float* dt_bias;         // [heads * key_dim] fp32, added to g by the gates; may be NULL
   float lower_bound;            // KDACTL_GATE_LOWER_BOUND
+  // Serving state pool: sequence n's state is slot state_indices[n] of initial_state and final_state
+  // (one pool, updated in place; a negative index starts from zero and is not written). NULL: slot n.
+  const int32_t* state_indices;
 } kdactl_kda_args;
 
 // Scratch bytes route `route` (an id of KDACTL_ROUTES) needs for these shapes (pointers are not read).

@@ -98,3 +98,73 @@ def test_chunk_kda_drop_in_end_to_end():
     q, k, g, beta = fused_inputs(x["q"], x["k"], x["v"], x["g"], x["beta"], fused, A_log, dt_bias)
     o_ref, s_ref = kda_recurrent(q, k, x["v"], g, beta, initial_state=s0, cu_seqlens=cu, device="cuda")
     assert error_ratio(o_ref, o) <= ERROR_LIMIT and error_ratio(s_ref, s) <= ERROR_LIMIT
+
+
+# --- the serving state pool ----------------------------------------------------------------------
+
+POOL_SLOTS = (3, -1, 0)  # sequence 1 starts from zero and is not written back
+
+
+def _pool_case(layout, H=4, seed=0):
+    from kdactl.kda.inputs import random_inputs
+
+    lengths = (40, 7, 100)
+    if layout == "fixed":
+        x, _, cu = random_inputs(3, 64, H, seed=seed)
+    else:
+        x, _, cu = random_inputs(1, sum(lengths), H, lengths=lengths, seed=seed, device="cuda")
+    x = {name: t.cuda() for name, t in x.items()}
+    cu = None if cu is None else cu.cuda()
+    pool = torch.randn(5, H, 128, 128, device="cuda") * 0.5
+    return x, cu, pool, torch.tensor(POOL_SLOTS, dtype=torch.int32, device="cuda")
+
+
+def _pool_reference(x, cu, before):
+    zero = torch.zeros_like(before[0])
+    s0 = torch.stack([before[i] if i >= 0 else zero for i in POOL_SLOTS])
+    return kda_recurrent(**x, initial_state=s0, cu_seqlens=cu, device="cuda")
+
+
+@pytest.mark.parametrize("layout", ["fixed", "varlen"])
+@pytest.mark.parametrize("route", ["direct", "chunk"])
+def test_state_pool_reads_and_writes_its_slots_in_place(route, layout):
+    x, cu, pool, idx = _pool_case(layout, seed=len(route + layout))
+    before = pool.clone()
+    o, returned = prefill(**x, cu_seqlens=cu, route=route, state_pool=pool, state_indices=idx)
+    torch.cuda.synchronize()
+    assert returned is pool
+    o_ref, s_ref = _pool_reference(x, cu, before)
+    errs = [error_ratio(o_ref, o), error_ratio(s_ref[0], pool[3]), error_ratio(s_ref[2], pool[0])]
+    print(f"error ratios o, slot 3, slot 0: {errs}")
+    assert max(errs) <= ERROR_LIMIT, errs
+    for untouched in (1, 2, 4):  # no sequence's slot, or the zero-start sequence's
+        assert torch.equal(pool[untouched], before[untouched]), f"slot {untouched} was written"
+
+
+def test_state_pool_refuses_small_bh_and_explicit_states():
+    x, cu, pool, idx = _pool_case("fixed")
+    with pytest.raises(ValueError, match="route 'small_bh' is not eligible: reads the start state again"):
+        prefill(**x, route="small_bh", state_pool=pool, state_indices=idx)
+    with pytest.raises(ValueError, match="state_pool holds the initial and final states"):
+        prefill(**x, state_pool=pool, state_indices=idx, output_final_state=True)
+
+
+@pytest.mark.parametrize("route", ["direct", "chunk"])
+def test_state_pool_graph_replay_equals_eager(route):
+    from kdactl.kda import KdaWorkspace
+
+    x, cu, pool, idx = _pool_case("varlen", seed=7)
+    before = pool.clone()
+    eager_pool = before.clone()
+    o_eager, _ = prefill(**x, cu_seqlens=cu, route=route, state_pool=eager_pool, state_indices=idx)
+    ws, o = KdaWorkspace("cuda"), torch.empty_like(x["v"])
+    prefill(**x, cu_seqlens=cu, route=route, state_pool=before.clone(), state_indices=idx, out=o, workspace=ws)  # grows ws
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        prefill(**x, cu_seqlens=cu, route=route, state_pool=pool, state_indices=idx, out=o, workspace=ws)
+    pool.copy_(before)
+    o.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(o, o_eager) and torch.equal(pool, eager_pool)

@@ -197,3 +197,13 @@ def test_prefill_decides_once_and_hands_the_route_id_to_the_op(monkeypatch):
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     kda.prefill(**x, route="chunk", tuning=84)
     assert len(decisions) == 1 and launched[-1] == ("chunk", op.UNDECIDED, 84)
+
+
+def test_a_state_pool_keeps_small_bh_out_and_auto_picks_another_route():
+    """small_bh reads the start state again in its replay: an in-place pool would race it."""
+    import dataclasses
+
+    p = problem(T=65536, H=1)
+    assert select_route(p, H200) == "small_bh"
+    pooled = dataclasses.replace(p, state_pool=True)
+    assert "state pool" in eligibility(pooled, H200)["small_bh"] and select_route(pooled, H200) == "chunk"

@@ -145,3 +145,35 @@ def test_a_host_copy_without_cu_seqlens_is_refused():
     x, _ = make_inputs(1, 8, 2)
     with pytest.raises(ValueError, match="cu_seqlens_cpu is given without cu_seqlens"):
         validate(x["q"], x["k"], x["v"], x["g"], x["beta"], None, None, None, cu_seqlens_cpu=[0, 8], require_cuda=False)
+
+
+# --- the serving state pool ----------------------------------------------------------------------
+
+
+def _pool_problem():
+    from kdactl.kda.problem import validate
+
+    x, _ = make_inputs(3, 8, 2)
+    return validate(x["q"], x["k"], x["v"], x["g"], x["beta"], None, None, None, require_cuda=False)
+
+
+@pytest.mark.parametrize("pool, idx, match", [
+    (torch.zeros(4, 2, 128, 128), None, "state_indices is needed with the other"),
+    (None, torch.zeros(3, dtype=torch.int32), "state_pool is needed with the other"),
+    (torch.zeros(4, 2, 128, 128, dtype=torch.bfloat16), torch.zeros(3, dtype=torch.int32), "state_pool must be float32"),
+    (torch.zeros(4, 3, 128, 128), torch.zeros(3, dtype=torch.int32), r"state_pool must have shape \(P, 2, 128, 128\)"),
+    (torch.zeros(4, 2, 128, 128), torch.zeros(3, dtype=torch.int64), "state_indices must be int32"),
+    (torch.zeros(4, 2, 128, 128), torch.zeros(2, dtype=torch.int32), r"one slot per sequence \(3\), got 2"),
+])  # fmt: skip
+def test_state_pool_arguments_are_checked(pool, idx, match):
+    from kdactl.kda.problem import validate_pool
+
+    with pytest.raises(ValueError, match=match):
+        validate_pool(pool, idx, _pool_problem(), torch.device("cpu"), require_cuda=False)
+
+
+def test_a_good_state_pool_passes():
+    from kdactl.kda.problem import validate_pool
+
+    validate_pool(torch.zeros(9, 2, 128, 128), torch.tensor([4, -1, 0], dtype=torch.int32), _pool_problem(),
+                  torch.device("cpu"), require_cuda=False)  # fmt: skip

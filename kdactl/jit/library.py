@@ -67,6 +67,7 @@ class KdaArgs(ctypes.Structure):
         ("A_log", ctypes.c_void_p),  # const float*, may be NULL
         ("dt_bias", ctypes.c_void_p),  # const float*, may be NULL
         ("lower_bound", ctypes.c_float),
+        ("state_indices", ctypes.c_void_p),  # const int32_t*, the state pool's slots; may be NULL
     ]
 
 

@@ -7,6 +7,7 @@ options read it where torch must not load); the names that need torch load it on
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import TYPE_CHECKING
 
@@ -35,7 +36,7 @@ def __getattr__(name: str):
 
 def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False,
             cu_seqlens=None, cu_seqlens_cpu=None, route="auto", workspace=None, out=None, tuning=TUNING_AUTO,
-            fused=None, A_log=None, dt_bias=None):  # fmt: skip
+            fused=None, A_log=None, dt_bias=None, state_pool=None, state_indices=None):  # fmt: skip
     """KDA prefill. Returns ``(o, final_state or None)``; see SPEC.md "The KDA op".
 
     ``out`` is a preallocated o tensor, or a tuple ``(o, final_state)``; with ``workspace`` (a
@@ -47,22 +48,31 @@ def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_st
     ``fused`` (a kdactl.kda.fused.Fused) asks the kernels for fla's input transforms (q/k l2norm, the
     gate from raw g with ``A_log`` / ``dt_bias``, beta's sigmoid) where they load; v may have a
     multiple of q's heads (grouped values: g, beta, state and o then have v's heads).
+    ``state_pool`` fp32 [P, H, K, V] with ``state_indices`` int32 [N]: sequence n starts from
+    ``state_pool[state_indices[n]]`` and its final state is written back there, in place (a negative
+    index: zero start, nothing written); returns ``(o, state_pool)``.
     """
     import torch
 
+    from kdactl.kda.fused import NONE, Fused
     from kdactl.kda.op import UNDECIDED, device_info, kda_prefill_, launch
-    from kdactl.kda.problem import validate
+    from kdactl.kda.problem import validate, validate_fused, validate_pool
 
     eager = not torch.compiler.is_compiling()  # tracing reads no pointers and no device facts
-    from kdactl.kda.fused import NONE, Fused
-    from kdactl.kda.problem import validate_fused
-
     problem = validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu,
                        runtime=eager)  # fmt: skip
     fused = NONE if fused is None else fused
     if not isinstance(fused, Fused):
         raise ValueError(f"kdactl.kda.prefill: fused must be a kdactl.kda.fused.Fused, got {type(fused).__name__}")
     validate_fused(fused, A_log, dt_bias, problem, q.device, runtime=eager)
+    validate_pool(state_pool, state_indices, problem, q.device, runtime=eager)
+    if state_pool is not None:
+        if initial_state is not None or output_final_state or (isinstance(out, tuple) and out[1] is not None):
+            raise ValueError("kdactl.kda.prefill: state_pool holds the initial and final states: give no "
+                             "initial_state, output_final_state or final_state buffer with it")  # fmt: skip
+        if not eager:
+            raise ValueError("kdactl.kda.prefill: state_pool is not supported under torch.compile yet")
+        problem = dataclasses.replace(problem, state_pool=True)
     o, final_state = _outputs(out, q, v, problem, output_final_state, eager)
     scale = problem.key_dim**-0.5 if scale is None else float(scale)
     if not eager:  # one opaque op in the graph; it decides the route when it runs
@@ -75,8 +85,10 @@ def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_st
     route_id = decide_route(problem, device, route).id  # an ineligible forced route fails here
     if workspace is not None:
         workspace.claim(q.device)
+    if state_pool is not None:
+        initial_state = final_state = state_pool
     launch(problem, device, route_id, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, scale,
-           int(tuning), fused, A_log, dt_bias)  # fmt: skip
+           int(tuning), fused, A_log, dt_bias, state_indices)  # fmt: skip
     return o, final_state
 
 

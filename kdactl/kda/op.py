@@ -48,13 +48,13 @@ def _ptr(x: Optional[torch.Tensor]) -> Optional[int]:
 
 def _args(p: KdaProblem, route_id: int, device: DeviceInfo, q=None, k=None, v=None, g=None, beta=None,
           initial_state=None, cu_seqlens=None, o=None, final_state=None, scale=1.0, tuning=0, fused: Fused = NONE,
-          A_log=None, dt_bias=None):  # fmt: skip
+          A_log=None, dt_bias=None, state_indices=None):  # fmt: skip
     from kdactl.jit.library import KdaArgs
 
     segment_chunks = ROUTE_TABLE[route_id].segment_chunks(p, device)
     return KdaArgs(
         qk_heads=p.qk_heads, qk_l2norm=int(fused.qk_l2norm), beta_mode=fused.beta_mode, gate_mode=fused.gate_mode,
-        A_log=_ptr(A_log), dt_bias=_ptr(dt_bias), lower_bound=fused.lower_bound,
+        A_log=_ptr(A_log), dt_bias=_ptr(dt_bias), lower_bound=fused.lower_bound, state_indices=_ptr(state_indices),
         q=_ptr(q), k=_ptr(k), v=_ptr(v), g=_ptr(g), beta=_ptr(beta),
         initial_state=_ptr(initial_state), o=_ptr(o), final_state=_ptr(final_state),
         cu_seqlens=_ptr(cu_seqlens), batch=p.num_seqs, seqlen=p.seqlen, heads=p.heads,
@@ -107,14 +107,14 @@ def kda_prefill_(
 
 def launch(problem: KdaProblem, device: DeviceInfo, route_id: int, q, k, v, g, beta, initial_state, cu_seqlens, o,
            final_state, workspace, scale: float, tuning: int, fused: Fused = NONE, A_log=None,
-           dt_bias=None) -> None:  # fmt: skip
+           dt_bias=None, state_indices=None) -> None:  # fmt: skip
     """The launch itself, for inputs already checked and a route already decided: what an eager
     prefill calls directly (torch's custom-op dispatch costs more host time than the whole launch),
     and what the custom op calls under torch.compile. ``workspace``: a claimed KdaWorkspace, a uint8
     scratch tensor, or None (scratch is then allocated here when the route needs it)."""
     lib = kernels()
     args = _args(problem, route_id, device, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, tuning,
-                 fused, A_log, dt_bias)  # fmt: skip
+                 fused, A_log, dt_bias, state_indices)  # fmt: skip
     need = lib.workspace_bytes(route_id, args)
     if need:
         scratch = workspace.reserve(need) if isinstance(workspace, KdaWorkspace) else workspace

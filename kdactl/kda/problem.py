@@ -32,6 +32,7 @@ class KdaProblem:
     g_bf16: bool
     beta_bf16: bool
     qk_heads: int = 0  # heads of q and k when fewer than ``heads`` (GVA); 0: the same
+    state_pool: bool = False  # states come from, and go back to, slots of one pool (state_indices)
 
     @classmethod
     def of(cls, q, v, g, beta, cu_seqlens=None) -> "KdaProblem":
@@ -145,6 +146,23 @@ def validate_fused(fused: Fused, A_log, dt_bias, problem: KdaProblem, device, *,
         _check_tensor(name, x, (torch.float32,), len(shapes[0]) if x.dim() == 1 else 2, device, require_cuda, runtime)
         if tuple(x.shape) not in shapes:
             raise _fail(name, f"must have shape {' or '.join(map(str, shapes))} for {H} heads of K={K}, got {tuple(x.shape)}")
+
+
+def validate_pool(pool, indices, problem: KdaProblem, device, *, require_cuda=True, runtime=True) -> None:
+    """A serving state pool: fp32 [P, H, K, V] and its int32 slot per sequence [N] (negative: start
+    from zero, write nothing). Two sequences must not share a slot (they would race); the indices
+    stay on the device unread, so that is the caller's contract, as in fla's and vLLM's pools."""
+    if (pool is None) != (indices is None):
+        raise _fail("state_indices" if pool is not None else "state_pool", "is needed with the other (state_pool, state_indices)")
+    if pool is None:
+        return
+    _check_tensor("state_pool", pool, (torch.float32,), 4, device, require_cuda, runtime)
+    H, K, V = problem.heads, problem.key_dim, problem.value_dim
+    if tuple(pool.shape[1:]) != (H, K, V) or pool.shape[0] < 1:
+        raise _fail("state_pool", f"must have shape (P, {H}, {K}, {V}) with P >= 1, got {tuple(pool.shape)}")
+    _check_tensor("state_indices", indices, (torch.int32,), 1, device, require_cuda, runtime)
+    if indices.numel() != problem.num_seqs:
+        raise _fail("state_indices", f"must have one slot per sequence ({problem.num_seqs}), got {indices.numel()}")
 
 
 def _host_bounds(cu_cpu, cu) -> list[int]:
