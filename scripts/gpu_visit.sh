@@ -2,6 +2,7 @@
 # One device visit, sections chosen by argument and run in the order given, each under its own time
 # limit, everything logged to $OUT/visit.log:
 #   bash scripts/gpu_visit.sh tests certify faults baseline small-bh serving
+#   (sections used for issues 15-16: truth interrupt healthy host fused host-profile)
 # kdactl is installed exactly as the README tells an operator (no wheels beyond the image); the
 # carried wheels (.whl: fla and its needs) are visible only to the sections that time fla as a peer.
 # fla autotunes ~90 s per new head count, so its head counts are warmed in parallel first (bounded:
@@ -49,6 +50,14 @@ while True: a=(a@a).clamp_(-1,1)" > $S/cotenant.log 2>&1 & ct=$!
       certify_full fault-slow KDACTL_FAULT=slow
       certify_full fault-busy KDACTL_FAULT=busy ;;
     healthy) certify_full healthy ;;
+    fused)  # issue 16: the fused transforms, grouped values, state pool and chunk route on the GPU, then certify --quick
+      s0=$SECONDS
+      timeout 150 python3 -m pytest -q -m gpu tests/test_kda_fused_gpu.py tests/test_kda_chunk_gpu.py -p no:cacheprovider \
+        --junitxml=$OUT/gpu.xml -o junit_logging=system-out 2>&1 | grep -vE "^(tests|\s)" | tail -25
+      echo "tests took $((SECONDS-s0)) s"; python3 scripts/error_ratios.py $OUT/gpu.xml 2>/dev/null | tail -2
+      s0=$SECONDS; timeout 90 kdactl certify --quick --expect-gpus 1 --out $S/q.json > $S/q.out 2>&1
+      echo "certify --quick rc=$? ($((SECONDS-s0)) s)"; summary $S/q.json suite sanitize ;;
+    host-profile) timeout 60 python3 scripts/host_profile.py 2>&1 | head -30 ;;
     interrupt)  # Ctrl-C (SIGINT to kdactl) mid-run: exit 3 "interrupted", the old certificate kept, no worker left
       [ -f $S/healthy.json ] || timeout 120 kdactl certify --quick --out $S/healthy.json > /dev/null 2>&1
       cp $S/healthy.json $S/keep.json; s0=$SECONDS
