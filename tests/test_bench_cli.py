@@ -90,3 +90,14 @@ def test_subprocess_no_gpu():
     assert p.returncode == 3
     assert json.loads(p.stdout)["exit_code"] == 3
     assert p.stderr.strip().count("\n") == 0 and "no CUDA GPU" in p.stderr
+
+
+def test_host_mode_through_the_cli(fake):
+    fake.host_us = {"auto": 12.0, "direct": 11.0}
+    r = invoke("--host", "--json", "--peers", "none")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    first = doc["shapes"][0]
+    assert first["shape"]["label"] == "B1-T64-H4-D128" and first["candidates"][0]["host"]["eager_us"] == pytest.approx(12.0)
+    r = invoke("--host", "--gate", "--json")
+    assert r.exit_code == 2 and "--host" in json.loads(r.stdout)["error"]
