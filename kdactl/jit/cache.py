@@ -41,19 +41,8 @@ def check_private_dir(path: Path, *, shared: bool = False) -> None:
         raise UnsafeCache(f"cannot use directory {path}: {err.strerror}") from None
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafeCache(f"{path} is not a directory")
-    if st.st_mode & 0o022:
-        raise UnsafeCache(
-            f"directory {path} is writable by group or other (mode {oct(st.st_mode & 0o777)}); "
-            f"refusing to load code from it; run 'chmod go-w {path}' or use another directory"
-        )
-    if shared:
-        return
-    if st.st_uid != os.geteuid():
-        raise UnsafeCache(
-            f"cache directory {path} is owned by uid {st.st_uid}, not this user (uid {os.geteuid()}); "
-            "set KDACTL_CACHE_DIR to a directory of your own"
-        )
-    if not os.access(path, os.W_OK | os.X_OK):
+    _check_mode_and_owner(path, st, shared, "directory", "use another directory")
+    if not shared and not os.access(path, os.W_OK | os.X_OK):
         raise UnsafeCache(f"cache directory {path} is not writable by this user; set KDACTL_CACHE_DIR")
 
 
@@ -141,20 +130,21 @@ def _check_file(directory: Path, name: str, expected: Any, shared: bool) -> str:
         return f"manifest file name {name!r} leaves the entry"
     if not path.is_file():
         return f"{path} is missing"
-    _check_private_file(path, shared)
+    _check_mode_and_owner(path, os.stat(path), shared, "file", "remove the entry")
     actual = sha256_file(path)
     if actual != expected:
         return f"{path} sha256 {actual[:16]}... does not match the manifest's {str(expected)[:16]}..."
     return ""
 
 
-def _check_private_file(path: Path, shared: bool) -> None:
-    st = os.stat(path)
+def _check_mode_and_owner(path: Path, st: os.stat_result, shared: bool, what: str, other_fix: str) -> None:
+    """One rule for every level of the cache, folders and files alike: nobody but its owner may
+    write it, and (unless ``shared``, as an installed AOT bundle is) that owner is this user."""
     if st.st_mode & 0o022:
-        raise UnsafeCache(f"{path} is writable by group or other (mode {oct(st.st_mode & 0o777)}); refusing to "
-                          f"load code from it; run 'chmod go-w {path}' or remove the entry")  # fmt: skip
+        raise UnsafeCache(f"{what} {path} is writable by group or other (mode {oct(st.st_mode & 0o777)}); "
+                          f"refusing to load code from it; run 'chmod go-w {path}' or {other_fix}")  # fmt: skip
     if not shared and st.st_uid != os.geteuid():
-        raise UnsafeCache(f"{path} is owned by uid {st.st_uid}, not this user (uid {os.geteuid()}); "
+        raise UnsafeCache(f"cache {what} {path} is owned by uid {st.st_uid}, not this user (uid {os.geteuid()}); "
                           "set KDACTL_CACHE_DIR to a directory of your own")  # fmt: skip
 
 
