@@ -67,14 +67,11 @@ class Children:
             self._live.discard(proc)
 
     def cancel(self, grace_s: float = KILL_GRACE_S) -> None:
-        """End every live child and start no more; the grace period is waited once for all."""
+        """End every live child and start no more (kill_groups: one grace period for all)."""
         with self._lock:
             self.cancelled = True
             live = list(self._live)
-        for proc in live:
-            _killpg(proc, signal.SIGTERM)
-        for proc in live:
-            kill_group(proc, grace_s)
+        kill_groups(live, grace_s)
 
 
 LIVE = Children()  # every child run_process starts in this process unless the caller tracks its own
@@ -95,7 +92,7 @@ def end_children_on_term(grace_s: float = 1.0) -> None:
 def run_process(cmd: Sequence[str], *, env: Mapping[str, str], timeout_s: float, cwd: Path | None = None,
                 log: Path | None = None, children: Children | None = None) -> ProcResult:  # fmt: skip
     """The real runner: output captured (or written to ``log``, and its end returned), process
-    group ended on timeout (kill_group); tracked in ``children`` when given (start_error
+    group ended on timeout (kill_groups); tracked in ``children`` when given (start_error
     INTERRUPTED once that was cancelled)."""
     start = time.monotonic()
     sink = open(log, "wb") if log is not None else None
@@ -114,7 +111,7 @@ def run_process(cmd: Sequence[str], *, env: Mapping[str, str], timeout_s: float,
             out, _ = proc.communicate(timeout=timeout_s)
             return ProcResult(proc.returncode, _output(out, log), time.monotonic() - start)
         except subprocess.TimeoutExpired:
-            kill_group(proc)
+            kill_groups([proc])
             try:
                 out, _ = proc.communicate(timeout=10)
             except subprocess.TimeoutExpired:  # a grandchild outside the group still holds the pipe
@@ -127,14 +124,19 @@ def run_process(cmd: Sequence[str], *, env: Mapping[str, str], timeout_s: float,
             sink.close()
 
 
-def kill_group(proc: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
-    """SIGTERM the child's process group, then SIGKILL whatever of the group is left."""
-    _killpg(proc, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-    _killpg(proc, signal.SIGKILL)  # the group's other members too (a pytest or sanitizer run)
+def kill_groups(procs: Sequence[subprocess.Popen], grace_s: float = KILL_GRACE_S) -> None:
+    """SIGTERM every child's process group, wait out one grace period for all of them together,
+    then SIGKILL whatever of each group is left."""
+    for proc in procs:
+        _killpg(proc, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for proc in procs:
+        _killpg(proc, signal.SIGKILL)  # the group's other members too (a pytest or sanitizer run)
 
 
 def _killpg(proc: subprocess.Popen, sig: int) -> None:

@@ -210,3 +210,30 @@ def test_run_process_terms_then_kills_and_can_log_to_a_file(tmp_path):
     proc = run_process([sys.executable, "-c", code], env={}, timeout_s=1.0, log=log)
     assert proc.timed_out and proc.returncode is None
     assert "started" in log.read_text() and "got TERM" in log.read_text() and "got TERM" in proc.output
+
+
+def test_cancel_waits_one_grace_period_for_all_children_not_one_each():
+    """Children that ignore SIGTERM are killed after one shared grace, and nothing starts after."""
+    import threading
+    import time
+
+    from kdactl.proc import INTERRUPTED, Children
+
+    children, done = Children(), []
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+    threads = [threading.Thread(target=lambda: done.append(run_process([sys.executable, "-c", stubborn], env=dict(os.environ),
+                                                                       timeout_s=60, children=children)))
+               for _ in range(3)]  # fmt: skip
+    for t in threads:
+        t.start()
+    while len(children._live) < 3:
+        time.sleep(0.05)
+    time.sleep(0.5)  # each child has installed its handler
+    start = time.monotonic()
+    children.cancel(grace_s=1.0)
+    for t in threads:
+        t.join(10)
+    assert time.monotonic() - start < 2.5, "the grace was waited once per child"
+    assert len(done) == 3 and all(r.returncode is not None and r.returncode < 0 for r in done)
+    late = run_process([sys.executable, "-c", "pass"], env=dict(os.environ), timeout_s=10, children=children)
+    assert late.start_error == INTERRUPTED
