@@ -156,3 +156,8 @@ def test_reference_without_transforms_is_the_inputs():
     x, _ = make_inputs(1, 8, 2)
     out = fused_inputs(x["q"], x["k"], x["v"], x["g"], x["beta"], NONE)
     assert all(torch.equal(a, b.double()) for a, b in zip(out, (x["q"], x["k"], x["g"], x["beta"])))
+
+
+def test_gate_parameters_that_are_not_tensors_are_named():
+    with pytest.raises(ValueError, match="A_log must be a torch.Tensor, got list"):
+        validate_fused(Fused(gate_mode=GATE_SOFTPLUS), [0.0, 0.0], None, _problem(), torch.device("cpu"), require_cuda=False)

@@ -26,6 +26,8 @@ from kdactl.proc import INTERRUPTED, Children, run_process
 from kdactl.results import CheckResult
 
 LOG_TAIL = 400  # characters of a dead worker's output quoted in its result
+
+
 @dataclass(frozen=True)
 class GpuJob:
     index: int

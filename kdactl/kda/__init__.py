@@ -54,7 +54,7 @@ def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_st
     """
     import torch
 
-    from kdactl.kda.fused import NONE, Fused
+    from kdactl.kda.fused import NONE
     from kdactl.kda.op import UNDECIDED, device_info, kda_prefill_, launch
     from kdactl.kda.problem import validate, validate_fused, validate_pool
 

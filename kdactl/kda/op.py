@@ -15,8 +15,8 @@ import torch
 
 from kdactl.kda.fused import NONE, Fused
 from kdactl.kda.problem import KdaProblem, current_stream_ptr
-from kdactl.kda.workspace import KdaWorkspace
 from kdactl.kda.routes import ROUTE_TABLE, DeviceInfo, decide_route
+from kdactl.kda.workspace import KdaWorkspace
 
 UNDECIDED = -1  # route_id of a call traced by torch.compile: the op decides the route when it runs
 

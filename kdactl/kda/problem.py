@@ -60,12 +60,13 @@ def _fail(name: str, what: str) -> ValueError:
 
 
 def _check_tensor(name, x, dtypes, ndim, device=None, require_cuda=True, runtime=True):
+    """dtype, dimensions (``ndim`` None: any), device, contiguity, alignment."""
     if not isinstance(x, torch.Tensor):
         raise _fail(name, f"must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in dtypes:
         want = " or ".join(str(d).replace("torch.", "") for d in dtypes)
         raise _fail(name, f"must be {want}, got {str(x.dtype).replace('torch.', '')}")
-    if x.dim() != ndim:
+    if ndim is not None and x.dim() != ndim:
         raise _fail(name, f"must have {ndim} dimensions, got shape {tuple(x.shape)}")
     if require_cuda and x.device.type != "cuda":
         raise _fail(name, f"must be on a CUDA device, got {x.device}")
@@ -143,7 +144,7 @@ def validate_fused(fused: Fused, A_log, dt_bias, problem: KdaProblem, device, *,
     for name, x, shapes in (("A_log", A_log, ((H,),)), ("dt_bias", dt_bias, ((H * K,), (H, K)))):
         if x is None:
             continue
-        _check_tensor(name, x, (torch.float32,), len(shapes[0]) if x.dim() == 1 else 2, device, require_cuda, runtime)
+        _check_tensor(name, x, (torch.float32,), None, device, require_cuda, runtime)  # shapes: below
         if tuple(x.shape) not in shapes:
             raise _fail(name, f"must have shape {' or '.join(map(str, shapes))} for {H} heads of K={K}, got {tuple(x.shape)}")
 
