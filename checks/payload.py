@@ -1,6 +1,7 @@
 """The compute-sanitizer payload: a smoke of every eligible route (fixed and varlen, with and
-without state, and fixed with fla's fused transforms on grouped values) and of the device
-self-test, each checked against its reference.
+without state, fixed with fla's fused transforms on grouped values, and varlen through a V-first
+state pool with prefix checkpoints in fp16) and of the device self-test, each checked against its
+reference.
 
 Run by kdactl.sanitizer.run as ``compute-sanitizer --tool T ... python payload.py [--faults-lib SO]``.
 Prints ``KDACTL-PAYLOAD-OK routes=<routes> kernels=<launches>`` only at the very end, when every
@@ -61,7 +62,7 @@ def _route_smokes(info, device, wrong: list[str]) -> list[str]:
     """Every eligible route on every payload row, fixed and varlen, with and without state.
     Appends a line per wrong result to ``wrong``; returns the route of every smoke that ran."""
     from kdactl.kda import ROUTES
-    from kdactl.smoke import PAYLOAD_ROWS, ineligible_reason, run_smoke
+    from kdactl.smoke import PAYLOAD_ROWS, ineligible_reason, pool_ineligible_reason, run_pool_smoke, run_smoke
 
     ran = []
     for row in PAYLOAD_ROWS:
@@ -79,6 +80,11 @@ def _route_smokes(info, device, wrong: list[str]) -> list[str]:
                 ran.append(route)
                 if not result.ok:
                     wrong.append(f"{row.name} fused: {result.describe()}")
+            if pool_ineligible_reason(route, row, info) is None:  # the state pool's and checkpoints' accesses
+                result = run_pool_smoke(route, row, device, ref_device="cpu")
+                ran.append(route)
+                if not result.ok:
+                    wrong.append(f"{row.name} pool: {result.describe()}")
     return ran
 
 

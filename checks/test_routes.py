@@ -1,15 +1,16 @@
 """Route smokes: for each row of the route-boundary table (kdactl.smoke.SUITE_ROWS), the selector
 picks the route the SKU matrix (fleet/skus.toml) expects for the row's shape class, and every route
 in ROUTES that is eligible runs the row fixed and varlen, with and without an initial state, with a
-finite output within the SPEC error ratio of the fp64 reference, and once more with fla's fused
-input transforms on grouped values. Routes join by being in ROUTES."""
+finite output within the SPEC error ratio of the fp64 reference, once more with fla's fused
+input transforms on grouped values, and once through a serving state pool (V-first, fp16 inputs,
+prefix checkpoints). Routes join by being in ROUTES."""
 
 from __future__ import annotations
 
 import pytest
 
 from kdactl.kda import ROUTES, select_route
-from kdactl.smoke import SUITE_ROWS, ineligible_reason, problem_of, run_smoke
+from kdactl.smoke import SUITE_ROWS, ineligible_reason, pool_ineligible_reason, problem_of, run_pool_smoke, run_smoke
 
 pytestmark = pytest.mark.gpu
 QUICK_ROWS = {SUITE_ROWS[0].name}
@@ -55,3 +56,15 @@ def test_route_smoke_fused(row, route, device, device_info):
         pytest.skip(f"route {route} not eligible for {row.name}: {reason}")
     result = run_smoke(route, row, False, True, device, ref_device="cuda", seed=len(row.name), fused=True)
     assert result.ok, f"{row.name} fused: {result.describe()}"
+
+
+@pytest.mark.parametrize(
+    "row,route", [_mark(row, route) for row in SUITE_ROWS for route in ROUTES],
+)  # fmt: skip
+def test_route_smoke_pool(row, route, device, device_info):
+    """The serving engines' states: a V-first pool updated in place by slot, with prefix checkpoints."""
+    reason = pool_ineligible_reason(route, row, device_info)
+    if reason is not None:
+        pytest.skip(f"route {route} not eligible for {row.name} with a state pool: {reason}")
+    result = run_pool_smoke(route, row, device, ref_device="cuda", seed=len(row.name))
+    assert result.ok, f"{row.name} pool: {result.describe()}"

@@ -54,6 +54,13 @@ static inline int kdactl_launch_prologue(const kdactl_kda_args* a, int* sms) {
   if (a->gate_mode < KDACTL_GATE_AS_GIVEN || a->gate_mode > KDACTL_GATE_LOWER_BOUND ||
       (a->gate_mode == KDACTL_GATE_SOFTPLUS && a->A_log == nullptr))
     return KDACTL_ERR_BAD_GATE_MODE;
+  auto dtype_ok = [](int32_t d) { return d == KDACTL_DTYPE_FP32 || d == KDACTL_DTYPE_BF16 || d == KDACTL_DTYPE_FP16; };
+  if (!dtype_ok(a->g_dtype) || !dtype_ok(a->beta_dtype) || (a->qkv_fp16 != 0 && a->qkv_fp16 != 1))
+    return KDACTL_ERR_BAD_DTYPE;
+  if (a->checkpoints != nullptr &&
+      (a->checkpoint_every <= 0 || a->checkpoint_every % KDACTL_CHUNK != 0 ||
+       (a->checkpoint_dtype != KDACTL_DTYPE_FP32 && a->checkpoint_dtype != KDACTL_DTYPE_BF16)))
+    return KDACTL_ERR_BAD_CHECKPOINTS;
   if (a->batch == 0) return 0;
   if (int rc = kdactl_check_device()) return rc;
   int dev = 0;

@@ -3,6 +3,7 @@
 // fixed and varlen layouts.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 #include "common.cuh"
 
@@ -92,6 +93,33 @@ __device__ __forceinline__ int64_t state_slot(const kdactl_kda_args& a, int64_t 
   return a.state_indices ? static_cast<int64_t>(a.state_indices[n]) : n;
 }
 
+// Offset of element (key, col) in one head's state: [K][V], or [V][K] when v_first.
+__device__ __forceinline__ int64_t state_at(const kdactl_kda_args& a, bool v_first, int key, int col) {
+  return v_first ? static_cast<int64_t>(col) * a.key_dim + key : static_cast<int64_t>(key) * a.value_dim + col;
+}
+
+// The first checkpoint row of sequence n (kdactl_kda_args.checkpoints): the checkpoints of the
+// sequences before it, ceil(len / every) each. Varlen walks cu_seqlens (only when checkpoints are asked).
+__device__ __forceinline__ int64_t checkpoint_base(const kdactl_kda_args& a, int64_t n) {
+  const int64_t every = a.checkpoint_every;
+  if (a.cu_seqlens == nullptr) return n * ((a.seqlen + every - 1) / every);
+  int64_t rows = 0, bos, eos;
+  for (int64_t m = 0; m < n; ++m) {
+    sequence_bounds(a, m, bos, eos);
+    rows += (eos - bos + every - 1) / every;
+  }
+  return rows;
+}
+
+// Writes element (key, col) of checkpoint row `row`, head h.
+__device__ __forceinline__ void put_checkpoint(const kdactl_kda_args& a, int64_t row, int h, int key, int col, float x) {
+  const int64_t i = (row * a.heads + h) * a.key_dim * a.value_dim + state_at(a, a.state_v_first, key, col);
+  if (a.checkpoint_dtype == KDACTL_DTYPE_BF16)
+    static_cast<__nv_bfloat16*>(a.checkpoints)[i] = __float2bfloat16(x);
+  else
+    static_cast<float*>(a.checkpoints)[i] = x;
+}
+
 // The row of q and k that value head h of token `token` reads: GVA shares one q/k head among
 // heads / qk_heads consecutive value heads, as fla does.
 __device__ __forceinline__ int64_t qk_row(const kdactl_kda_args& a, int64_t token, int h) {
@@ -99,9 +127,31 @@ __device__ __forceinline__ int64_t qk_row(const kdactl_kda_args& a, int64_t toke
   return token * hq + h / (a.heads / hq);
 }
 
+// ---- Element types: q, k, v, o are bf16 or fp16 (template parameter In); g and beta any of three ----
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+// Two adjacent 16-bit elements (4-byte aligned) as floats.
+__device__ __forceinline__ float2 to_f2(const __nv_bfloat16* p) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+__device__ __forceinline__ float2 to_f2(const __half* p) { return __half22float2(*reinterpret_cast<const __half2*>(p)); }
+template <typename T>
+__device__ __forceinline__ T from_f(float x);
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+template <>
+__device__ __forceinline__ __half from_f<__half>(float x) { return __float2half(x); }
+// The 16 bits of x rounded to o's type (fp16 or bf16), for code that stages o untyped.
+__device__ __forceinline__ uint16_t o_bits(float x, bool fp16) {
+  if (fp16) return __half_as_ushort(__float2half(x));
+  return __bfloat16_as_ushort(__float2bfloat16(x));
+}
+
 __device__ __forceinline__ float load_beta(const kdactl_kda_args& a, int64_t idx) {
-  const float b = a.beta_is_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(a.beta)[idx])
-                                 : static_cast<const float*>(a.beta)[idx];
+  const float b = a.beta_dtype == KDACTL_DTYPE_BF16   ? __bfloat162float(static_cast<const __nv_bfloat16*>(a.beta)[idx])
+                  : a.beta_dtype == KDACTL_DTYPE_FP16 ? __half2float(static_cast<const __half*>(a.beta)[idx])
+                                                      : static_cast<const float*>(a.beta)[idx];
   if (a.beta_mode == KDACTL_BETA_AS_GIVEN) return b;
   const float s = 1.f / (1.f + expf(-b));
   return a.beta_mode == KDACTL_BETA_SIGMOID2 ? 2.f * s : s;
@@ -115,6 +165,19 @@ __device__ __forceinline__ float gate_of(const kdactl_kda_args& a, float g, int 
   if (a.gate_mode == KDACTL_GATE_SOFTPLUS) return -expf(a.A_log[h]) * (x > 20.f ? x : log1pf(expf(x)));
   const float y = a.A_log ? expf(a.A_log[h]) * x : x;
   return a.lower_bound / (1.f + expf(-y));
+}
+
+// Host: calls f(g element, q/k/v element) with a value of each type the arguments name, so that a
+// launcher instantiates its kernel for exactly the types of this call.
+template <typename F>
+inline void with_types(const kdactl_kda_args& a, F&& f) {
+  auto with_in = [&](auto g) {
+    if (a.qkv_fp16) f(g, __half{});
+    else f(g, __nv_bfloat16{});
+  };
+  if (a.g_dtype == KDACTL_DTYPE_BF16) with_in(__nv_bfloat16{});
+  else if (a.g_dtype == KDACTL_DTYPE_FP16) with_in(__half{});
+  else with_in(0.f);
 }
 
 constexpr float kL2NormEps = 1e-6f;  // fla's l2norm: x / sqrt(|x|^2 + eps)

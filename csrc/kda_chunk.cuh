@@ -27,7 +27,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 // above -kExactBelow (e^-G then fits easily in fp32); past it, exactly, term by term.
 constexpr float kExactBelow = 40.f;
 
-__device__ __forceinline__ float bf(bf16 x) { return __bfloat162float(x); }
 // e^x as one MUFU op: ex2.approx (relative error ~2^-22) flushing denormal results to zero, which
 // only drops terms already below 1e-38 of their neighbours; exp2f would add its denormal handling.
 __device__ __forceinline__ float ex(float x) {
@@ -54,24 +53,27 @@ __host__ __device__ inline int64_t num_slots(const kdactl_kda_args& a) {
 }
 
 // ---- Kernel 1: one warp per (slot, head) ----------------------------------------------------------
-template <int K, int V, bool kGBf16>
+// In: q, k, v (bf16 or fp16); GT: g (float, bf16 or fp16).
+template <int K, int V, typename GT, typename In>
 struct PrepSmem {
+  static constexpr bool kG16 = sizeof(GT) == 2;  // g staged as given, then summed into G
   static constexpr int KP = K + 8, VP = V + 8;  // pitches that make the fragment reads
   static constexpr int GP = K + 8;              // (scalar and paired) free of bank conflicts
   static constexpr int NP = C + 1;
-  bf16 q[C][KP], k[C][KP], v[C][VP];
-  bf16 graw[kGBf16 ? C : 1][KP];  // g as given, when it is bf16
+  In q[C][KP], k[C][KP], v[C][VP];
+  GT graw[kG16 ? C : 1][KP];  // g as given, when it is 16-bit
   float G[C][GP];
   float N[C][NP], P[C][NP], M[C][NP], PM[C][NP];
   float beta[C];
 };
 
-template <int K, int V, bool kGBf16>
+template <int K, int V, typename GT, typename In>
 __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a, unsigned char* ws) {
 #ifdef KDACTL_ARCH_MISMATCH
   __trap();
 #else
-  using Sm = PrepSmem<K, V, kGBf16>;
+  using Sm = PrepSmem<K, V, GT, In>;
+  constexpr bool kG16 = Sm::kG16;
   using B = Block<K, V>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Sm& sm = *reinterpret_cast<Sm*>(smem_raw);
@@ -92,23 +94,23 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
   const int ntok = static_cast<int>(eos - row0 < C ? eos - row0 : C);
 
   // Stage q, k, v, g (rows past the sequence's end are zero: they add nothing anywhere).
-  const bf16* q = static_cast<const bf16*>(a.q);
-  const bf16* k = static_cast<const bf16*>(a.k);
-  const bf16* v = static_cast<const bf16*>(a.v);
+  const In* q = static_cast<const In*>(a.q);
+  const In* k = static_cast<const In*>(a.k);
+  const In* v = static_cast<const In*>(a.v);
   auto src_row = [&](int r) { return (row0 + (r < ntok ? r : 0)) * H + h; };
   auto qk_src = [&](int r) { return qk_row(a, row0 + (r < ntok ? r : 0), h); };
   for (int i = lane; i < C * (K / 8); i += 32) {
     const int r = i / (K / 8), j = i % (K / 8), bytes = r < ntok ? 16 : 0;
     cp_async16_zfill(&sm.q[r][j * 8], q + qk_src(r) * K + j * 8, bytes);
     cp_async16_zfill(&sm.k[r][j * 8], k + qk_src(r) * K + j * 8, bytes);
-    if constexpr (kGBf16)
-      cp_async16_zfill(&sm.graw[r][j * 8], static_cast<const bf16*>(a.g) + src_row(r) * K + j * 8, bytes);
+    if constexpr (kG16)
+      cp_async16_zfill(&sm.graw[r][j * 8], static_cast<const GT*>(a.g) + src_row(r) * K + j * 8, bytes);
   }
   for (int i = lane; i < C * (V / 8); i += 32) {
     const int r = i / (V / 8), j = i % (V / 8);
     cp_async16_zfill(&sm.v[r][j * 8], v + src_row(r) * V + j * 8, r < ntok ? 16 : 0);
   }
-  if constexpr (!kGBf16) {
+  if constexpr (!kG16) {
     for (int i = lane; i < C * (K / 4); i += 32) {
       const int r = i / (K / 4), j = i % (K / 4);
       cp_async16_zfill(&sm.G[r][j * 4], static_cast<const float*>(a.g) + src_row(r) * K + j * 4, r < ntok ? 16 : 0);
@@ -118,17 +120,17 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
   if (lane < C) sm.beta[lane] = lane < ntok ? load_beta(a, (row0 + lane) * H + h) : 0.f;
   cp_async_wait_all();
   __syncwarp();
-  if (a.qk_l2norm) {  // normalized in place, rounded to bf16 as the tensor-core products read them
+  if (a.qk_l2norm) {  // normalized in place, rounded to q's type as the tensor-core products read them
     for (int r = 0; r < ntok; ++r) {
       float qq = 0.f, kk = 0.f;
       for (int j = lane; j < K; j += 32) {
-        const float x = bf(sm.q[r][j]), y = bf(sm.k[r][j]);
+        const float x = to_f(sm.q[r][j]), y = to_f(sm.k[r][j]);
         qq += x * x, kk += y * y;
       }
       const float rq = rsqrtf(warp_allreduce(qq) + kL2NormEps), rk = rsqrtf(warp_allreduce(kk) + kL2NormEps);
       for (int j = lane; j < K; j += 32) {
-        sm.q[r][j] = __float2bfloat16(bf(sm.q[r][j]) * rq);
-        sm.k[r][j] = __float2bfloat16(bf(sm.k[r][j]) * rk);
+        sm.q[r][j] = from_f<In>(to_f(sm.q[r][j]) * rq);
+        sm.k[r][j] = from_f<In>(to_f(sm.k[r][j]) * rk);
       }
     }
     __syncwarp();
@@ -151,7 +153,7 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float gv;
-        if constexpr (kGBf16) gv = bf(sm.graw[r][4 * j + e]); else gv = sm.G[r][4 * j + e];
+        if constexpr (kG16) gv = to_f(sm.graw[r][4 * j + e]); else gv = sm.G[r][4 * j + e];
         if (r < ntok) gv = gate_of(a, gv, h, 4 * j + e);  // rows past the end stay 0: no decay
         run[e] += gv;
         sm.G[r][4 * j + e] = run[e];
@@ -163,7 +165,7 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
     for (int r = 0; r < C; ++r) {
       float kr[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) kr[e] = bf(sm.k[r][4 * j + e]) * ex(run[e] - sm.G[r][4 * j + e]);
+      for (int e = 0; e < 4; ++e) kr[e] = to_f(sm.k[r][4 * j + e]) * ex(run[e] - sm.G[r][4 * j + e]);
       *reinterpret_cast<uint2*>(kr_out + r * K + 4 * j) = make_uint2(pack_bf16(kr[0], kr[1]), pack_bf16(kr[2], kr[3]));
     }
   }
@@ -182,8 +184,8 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
       for (int half = 0; half < 2; ++half) {
         const int r = g + half * 8, col = 8 * kk + 2 * t;
         const float2 G = *reinterpret_cast<const float2*>(&sm.G[r][col]);
-        const float2 kv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&sm.k[r][col]));
-        const float2 qv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&sm.q[r][col]));
+        const float2 kv = to_f2(&sm.k[r][col]);
+        const float2 qv = to_f2(&sm.q[r][col]);
         const float e0 = ex(G.x), e1 = ex(G.y);
         ak[half] = to_tf32(kv.x * e0), ak[half + 2] = to_tf32(kv.y * e1);
         aq[half] = to_tf32(qv.x * scale * e0), aq[half + 2] = to_tf32(qv.y * scale * e1);
@@ -209,9 +211,9 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
       float sa = 0.f, sp = 0.f;
       if (ss <= tt) {
         for (int i = 0; i < K; ++i) {
-          const float ks = bf(sm.k[ss][i]) * ex(sm.G[tt][i] - sm.G[ss][i]);
-          sa = fmaf(bf(sm.k[tt][i]), ks, sa);
-          sp = fmaf(bf(sm.q[tt][i]), ks, sp);
+          const float ks = to_f(sm.k[ss][i]) * ex(sm.G[tt][i] - sm.G[ss][i]);
+          sa = fmaf(to_f(sm.k[tt][i]), ks, sa);
+          sp = fmaf(to_f(sm.q[tt][i]), ks, sp);
         }
       }
       sm.N[tt][ss] = ss < tt ? sm.beta[tt] * sa : 0.f;
@@ -273,15 +275,15 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
     for (int half = 0; half < 2; ++half) {
       const int r = g + half * 8;
       const float2 G = *reinterpret_cast<const float2*>(&sm.G[r][c0]);
-      const float2 qv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&sm.q[r][c0]));
+      const float2 qv = to_f2(&sm.q[r][c0]);
       qp[2 * half] = qv.x * scale * ex(G.x);
       qp[2 * half + 1] = qv.y * scale * ex(G.y);
     }
 #pragma unroll
     for (int ks = 0; ks < 2; ++ks) {
       const int s0 = 8 * ks + t, s1 = s0 + 4;
-      const uint32_t b0 = to_tf32(bf(sm.k[s0][col]) * ex(sm.G[s0][col]));
-      const uint32_t b1 = to_tf32(bf(sm.k[s1][col]) * ex(sm.G[s1][col]));
+      const uint32_t b0 = to_tf32(to_f(sm.k[s0][col]) * ex(sm.G[s0][col]));
+      const uint32_t b1 = to_tf32(to_f(sm.k[s1][col]) * ex(sm.G[s1][col]));
       mma_tf32(w, am[ks], b0, b1);
       mma_tf32(qp, apm[ks], b0, b1);
     }
@@ -297,7 +299,7 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
     float u[4] = {}, o[4] = {};
 #pragma unroll
     for (int ks = 0; ks < 2; ++ks) {
-      const uint32_t b0 = to_tf32(bf(sm.v[8 * ks + t][col])), b1 = to_tf32(bf(sm.v[8 * ks + t + 4][col]));
+      const uint32_t b0 = to_tf32(to_f(sm.v[8 * ks + t][col])), b1 = to_tf32(to_f(sm.v[8 * ks + t + 4][col]));
       mma_tf32(u, am[ks], b0, b1);
       mma_tf32(o, apm[ks], b0, b1);  // -PM V
     }
@@ -345,7 +347,7 @@ __global__ void __launch_bounds__(WARPS * 32)
   using B = Block<K, V>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   St* stage = reinterpret_cast<St*>(smem_raw);
-  bf16(*o_tile)[C][24] = reinterpret_cast<bf16(*)[C][24]>(smem_raw + STAGES * sizeof(St));
+  uint16_t(*o_tile)[C][24] = reinterpret_cast<uint16_t(*)[C][24]>(smem_raw + STAGES * sizeof(St));  // o's bits
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int h = blockIdx.y, H = a.heads;
@@ -368,21 +370,26 @@ __global__ void __launch_bounds__(WARPS * 32)
   const int64_t slot = state_slot(a, n);
   const int64_t state_base = (slot * H + h) * K * V;
   const int vcol = v_cta + vw + g;
+  // The caller's states are [K][V] or V-first [V][K]; small_bh's own segment states are [K][V].
+  auto at = [](bool v_first, int key, int col) { return v_first ? col * K + key : key * V + col; };
   const float* s0 = a.initial_state && slot >= 0 ? a.initial_state + state_base : nullptr;
+  bool s0_v_first = a.state_v_first;
   if (PASS == Pass::kReduce && p > 0) s0 = nullptr;
-  if (PASS == Pass::kReplay && p > 0) s0 = sg.ends + (seg_base - H) * K * V;  // the stitched start
+  if (PASS == Pass::kReplay && p > 0) s0 = sg.ends + (seg_base - H) * K * V, s0_v_first = false;  // the stitched start
 #pragma unroll
   for (int j = 0; j < K / 8; ++j) {
     const int key = 8 * j + 2 * t;
     if (homogeneous) {  // the identity's columns
       s[j][0] = key == vcol, s[j][1] = key + 1 == vcol, s[j][2] = key == vcol + 8, s[j][3] = key + 1 == vcol + 8;
     } else {
-      s[j][0] = s0 ? s0[key * V + vcol] : 0.f;
-      s[j][1] = s0 ? s0[(key + 1) * V + vcol] : 0.f;
-      s[j][2] = s0 ? s0[key * V + vcol + 8] : 0.f;
-      s[j][3] = s0 ? s0[(key + 1) * V + vcol + 8] : 0.f;
+      s[j][0] = s0 ? s0[at(s0_v_first, key, vcol)] : 0.f;
+      s[j][1] = s0 ? s0[at(s0_v_first, key + 1, vcol)] : 0.f;
+      s[j][2] = s0 ? s0[at(s0_v_first, key, vcol + 8)] : 0.f;
+      s[j][3] = s0 ? s0[at(s0_v_first, key + 1, vcol + 8)] : 0.f;
     }
   }
+  const bool checkpointing = PASS != Pass::kReduce && a.checkpoints != nullptr;
+  const int64_t checkpoint0 = checkpointing ? checkpoint_base(a, n) : 0;
 
   // Copy i of a stage goes to thread i % threads, so every thread's copies sit at fixed offsets from
   // two bases (threads is a multiple of the pieces per row): the loops unroll into bare cp.async.
@@ -418,7 +425,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     if (i < count) load(c_begin + i, stage[i]);
     cp_async_commit();
   }
-  bf16* o = static_cast<bf16*>(a.o);
+  uint16_t* o = static_cast<uint16_t*>(a.o);  // bf16 or fp16 (a.qkv_fp16)
   for (int64_t i = 0; i < count; ++i) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();  // chunk i is in; everyone is done with the stage the next load overwrites
@@ -426,6 +433,17 @@ __global__ void __launch_bounds__(WARPS * 32)
     cp_async_commit();
     const St& st = stage[i % STAGES];
     const int64_t c = c_begin + i;
+    if (checkpointing && (c * C) % a.checkpoint_every == 0) {  // the state before chunk c
+      const int64_t row = checkpoint0 + c * C / a.checkpoint_every;
+#pragma unroll
+      for (int j = 0; j < K / 8; ++j) {
+        const int key = 8 * j + 2 * t;
+        put_checkpoint(a, row, h, key, vcol, s[j][0]);
+        put_checkpoint(a, row, h, key + 1, vcol, s[j][1]);
+        put_checkpoint(a, row, h, key, vcol + 8, s[j][2]);
+        put_checkpoint(a, row, h, key + 1, vcol + 8, s[j][3]);
+      }
+    }
 
     uint32_t as[K / 16][4];
 #pragma unroll
@@ -477,7 +495,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) o_tile[warp][8 * nt + 2 * t + (i & 1)][g + (i >> 1) * 8] = __float2bfloat16(out[nt][i]);
+        for (int i = 0; i < 4; ++i) o_tile[warp][8 * nt + 2 * t + (i & 1)][g + (i >> 1) * 8] = o_bits(out[nt][i], a.qkv_fp16);
       __syncwarp();
       const int tok = lane >> 1, half = lane & 1;
       const int64_t row = bos + c * C + tok;
@@ -515,16 +533,17 @@ __global__ void __launch_bounds__(WARPS * 32)
     return;
   }
   float* sf = a.final_state && slot >= 0 ? a.final_state + state_base : nullptr;
-  if (PASS == Pass::kReduce) sf = sg.ends + seg_base * K * V;
+  bool sf_v_first = a.state_v_first;
+  if (PASS == Pass::kReduce) sf = sg.ends + seg_base * K * V, sf_v_first = false;
   if (PASS == Pass::kReplay && p != sg.count - 1) sf = nullptr;
   if (sf) {
 #pragma unroll
     for (int j = 0; j < K / 8; ++j) {
       const int key = 8 * j + 2 * t;
-      sf[key * V + vcol] = s[j][0];
-      sf[(key + 1) * V + vcol] = s[j][1];
-      sf[key * V + vcol + 8] = s[j][2];
-      sf[(key + 1) * V + vcol + 8] = s[j][3];
+      sf[at(sf_v_first, key, vcol)] = s[j][0];
+      sf[at(sf_v_first, key + 1, vcol)] = s[j][1];
+      sf[at(sf_v_first, key, vcol + 8)] = s[j][2];
+      sf[at(sf_v_first, key + 1, vcol + 8)] = s[j][3];
     }
   }
 #endif

@@ -36,13 +36,21 @@ constexpr size_t recur_smem() {
 
 template <int K, int V>
 int launch_prepare(const kdactl_kda_args& a, cudaStream_t stream) {
-  auto prepare = a.g_is_bf16 ? kda_chunk_prepare<K, V, true> : kda_chunk_prepare<K, V, false>;
-  const size_t smem = a.g_is_bf16 ? sizeof(PrepSmem<K, V, true>) : sizeof(PrepSmem<K, V, false>);
-  if (int rc = set_smem(prepare, smem)) return rc;
   const int64_t slots = num_slots(a);
   if (slots > 0x7fffffff) return KDACTL_ERR_UNSUPPORTED;
-  prepare<<<dim3(static_cast<unsigned>(slots), a.heads), 32, smem, stream>>>(a, static_cast<unsigned char*>(a.workspace));
-  return kdactl_launch_status();
+  int rc = 0;
+  with_types(a, [&](auto g_type, auto in_type) {
+    using GT = decltype(g_type);
+    using In = decltype(in_type);
+    auto prepare = kda_chunk_prepare<K, V, GT, In>;
+    const size_t smem = sizeof(PrepSmem<K, V, GT, In>);
+    rc = set_smem(prepare, smem);
+    if (rc == 0) {
+      prepare<<<dim3(static_cast<unsigned>(slots), a.heads), 32, smem, stream>>>(a, static_cast<unsigned char*>(a.workspace));
+      rc = kdactl_launch_status();
+    }
+  });
+  return rc;
 }
 
 // The recurrence over `units` (sequences, or segment slots) per head.

@@ -24,11 +24,9 @@ int launch_cols(const kdactl_kda_args& a, cudaStream_t stream) {
   const int cta_cols = kWarps * kCols;
   if (a.value_dim % cta_cols != 0) return a.tuning == kCols ? KDACTL_ERR_BAD_TUNING : KDACTL_ERR_BAD_VALUE_DIM;
   const dim3 grid(a.value_dim / cta_cols, a.heads, static_cast<unsigned>(a.batch));
-  if (a.g_is_bf16) {
-    kda_direct_kernel<K, kCols, true><<<grid, kWarps * 32, 0, stream>>>(a);
-  } else {
-    kda_direct_kernel<K, kCols, false><<<grid, kWarps * 32, 0, stream>>>(a);
-  }
+  kdactl::with_types(a, [&](auto g_type, auto in_type) {
+    kda_direct_kernel<K, kCols, decltype(g_type), decltype(in_type)><<<grid, kWarps * 32, 0, stream>>>(a);
+  });
   return kdactl_launch_status();
 }
 

@@ -16,7 +16,6 @@
 // Lane layout: lane l owns rows [l*RPL, l*RPL+RPL) of the warp's kCols columns (RPL = K/32).
 #pragma once
 #include <cuda_bf16.h>
-#include <type_traits>
 #include "device.cuh"
 
 namespace kdactl {
@@ -51,17 +50,17 @@ __device__ __forceinline__ float reduce_scatter(float (&v)[NV], int lane) {
   return v[0];
 }
 
-template <int K, bool kGBf16>
+// In: q, k, v and o (bf16 or fp16); GType: g (float, bf16 or fp16).
+template <int K, typename GType, typename In>
 struct Stage {
-  using GType = typename std::conditional<kGBf16, __nv_bfloat16, float>::type;
-  __nv_bfloat16 q[kTile][K];
-  __nv_bfloat16 k[kTile][K];
+  In q[kTile][K];
+  In k[kTile][K];
   GType g[kTile][K];
   float beta[kTile];
 };
 
 // Grid: (V / (warps * kCols), H, N). Block: warps * 32 threads.
-template <int K, int kCols, bool kGBf16>
+template <int K, int kCols, typename GType, typename In>
 __global__ void __launch_bounds__(128) kda_direct_kernel(const kdactl_kda_args a) {
 #ifdef KDACTL_ARCH_MISMATCH
   __trap();  // built for another arch: fail loudly instead of computing quietly
@@ -69,9 +68,9 @@ __global__ void __launch_bounds__(128) kda_direct_kernel(const kdactl_kda_args a
   constexpr int RPL = K / 32;       // rows per lane
   constexpr int NV = 2 * kCols;     // values reduced per token: k-dot and q-dot of each column
   constexpr int kGroup = 32 / NV;   // lanes that end up holding the same reduced value
-  using StageT = Stage<K, kGBf16>;
+  using StageT = Stage<K, GType, In>;
   __shared__ __align__(16) StageT stage[2];
-  __shared__ __align__(16) __nv_bfloat16 v_tile[2][kTile][128];  // up to 4 warps x 32 columns
+  __shared__ __align__(16) In v_tile[2][kTile][128];  // up to 4 warps x 32 columns
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const int cta_cols = nwarps * kCols;
@@ -83,22 +82,23 @@ __global__ void __launch_bounds__(128) kda_direct_kernel(const kdactl_kda_args a
   sequence_bounds(a, n, bos, eos);
   const int64_t len = eos - bos;
 
-  const __nv_bfloat16* q = static_cast<const __nv_bfloat16*>(a.q);
-  const __nv_bfloat16* k = static_cast<const __nv_bfloat16*>(a.k);
-  const __nv_bfloat16* v = static_cast<const __nv_bfloat16*>(a.v);
-  const typename StageT::GType* g = static_cast<const typename StageT::GType*>(a.g);
-  __nv_bfloat16* o = static_cast<__nv_bfloat16*>(a.o);
+  const In* q = static_cast<const In*>(a.q);
+  const In* k = static_cast<const In*>(a.k);
+  const In* v = static_cast<const In*>(a.v);
+  const GType* g = static_cast<const GType*>(a.g);
+  In* o = static_cast<In*>(a.o);
 
   // State S[row0 + e][col0 + c], fp32 in registers for the whole sequence.
   float S[RPL][kCols];
   const int64_t slot = state_slot(a, n);
   const int64_t state_base = (slot * H + h) * K * V;
-  const bool has_state = slot >= 0;
+  const bool has_state = slot >= 0, v_first = a.state_v_first;
 #pragma unroll
   for (int e = 0; e < RPL; ++e)
 #pragma unroll
     for (int c = 0; c < kCols; ++c)
-      S[e][c] = a.initial_state && has_state ? a.initial_state[state_base + static_cast<int64_t>(row0 + e) * V + col0 + c] : 0.f;
+      S[e][c] = a.initial_state && has_state ? a.initial_state[state_base + state_at(a, v_first, row0 + e, col0 + c)] : 0.f;
+  const int64_t checkpoint0 = a.checkpoints ? checkpoint_base(a, n) : 0;
 
   // Stage tile `tile` into buffer `buf`: q, k, g rows and this CTA's v columns by cp.async (16-byte
   // chunks); beta returned to the caller, which stores it after the current tile's serial loop so
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(128) kda_direct_kernel(const kdactl_kda_args a
   auto stage_tile = [&](int64_t tile, int buf) -> float {
     const int64_t t0 = tile * kTile;
     const int ntok = static_cast<int>(len - t0 < kTile ? len - t0 : kTile);
-    constexpr int kQChunks = K * 2 / 16, kGChunks = K * sizeof(typename StageT::GType) / 16;
+    constexpr int kQChunks = K * 2 / 16, kGChunks = K * sizeof(GType) / 16;
     const int v_chunks = cta_cols * 2 / 16;
     const int per_tok = 2 * kQChunks + kGChunks + v_chunks;
     for (int i = threadIdx.x; i < ntok * per_tok; i += blockDim.x) {
@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(128) kda_direct_kernel(const kdactl_kda_args a
         const int jj = j - kQChunks;
         cp_async16(&stage[buf].k[t][jj * 8], k + qk_row(a, bos + t0 + t, h) * K + jj * 8);
       } else if (j < 2 * kQChunks + kGChunks) {
-        constexpr int per = 16 / sizeof(typename StageT::GType);
+        constexpr int per = 16 / sizeof(GType);
         const int jj = j - 2 * kQChunks;
         cp_async16(&stage[buf].g[t][jj * per], g + row * K + jj * per);
       } else {
@@ -142,17 +142,22 @@ __global__ void __launch_bounds__(128) kda_direct_kernel(const kdactl_kda_args a
     if (tile + 1 < ntiles) beta_next = stage_tile(tile + 1, buf ^ 1);
     const StageT& st = stage[buf];
     const int ntok = static_cast<int>(len - tile * kTile < kTile ? len - tile * kTile : kTile);
+    if (a.checkpoints && (tile * kTile) % a.checkpoint_every == 0) {  // the state before this tile
+      const int64_t row = checkpoint0 + tile * kTile / a.checkpoint_every;
+#pragma unroll
+      for (int e = 0; e < RPL; ++e)
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) put_checkpoint(a, row, h, row0 + e, col0 + c, S[e][c]);
+    }
 
     for (int t = 0; t < ntok; ++t) {
       // Per-token factors for this lane's rows (independent of S: overlaps the chain).
       float d[RPL], kf[RPL], kd[RPL], qd[RPL], qf[RPL], qk = 0.f;
 #pragma unroll
       for (int e = 0; e < RPL; ++e) {
-        qf[e] = __bfloat162float(st.q[t][row0 + e]);
-        kf[e] = __bfloat162float(st.k[t][row0 + e]);
-        float ge;
-        if constexpr (kGBf16) ge = __bfloat162float(st.g[t][row0 + e]); else ge = st.g[t][row0 + e];
-        d[e] = __expf(gate_of(a, ge, h, row0 + e));
+        qf[e] = to_f(st.q[t][row0 + e]);
+        kf[e] = to_f(st.k[t][row0 + e]);
+        d[e] = __expf(gate_of(a, to_f(st.g[t][row0 + e]), h, row0 + e));
         qk += qf[e] * kf[e];
       }
       if (a.qk_l2norm) {  // the warp holds all K rows of the token: its sums are the norms
@@ -188,7 +193,7 @@ __global__ void __launch_bounds__(128) kda_direct_kernel(const kdactl_kda_args a
       // Phase 2: u_c on the lanes holding a k-dot, then broadcast to all lanes.
       float u_local = 0.f;
       if (idx < kCols) {
-        const float vc = __bfloat162float(v_tile[buf][t][warp * kCols + idx]);
+        const float vc = to_f(v_tile[buf][t][warp * kCols + idx]);
         u_local = st.beta[t] * (vc - mine);
       }
       float u[kCols];
@@ -201,7 +206,7 @@ __global__ void __launch_bounds__(128) kda_direct_kernel(const kdactl_kda_args a
 #pragma unroll
         for (int cc = 1; cc < kCols; ++cc) uc = (c == cc) ? u[cc] : uc;
         const int64_t row = (bos + tile * kTile + t) * H + h;
-        o[row * V + col0 + c] = __float2bfloat16(mine + qk * uc);
+        o[row * V + col0 + c] = from_f<In>(mine + qk * uc);
       }
 #pragma unroll
       for (int e = 0; e < RPL; ++e)
@@ -217,7 +222,7 @@ __global__ void __launch_bounds__(128) kda_direct_kernel(const kdactl_kda_args a
     for (int e = 0; e < RPL; ++e)
 #pragma unroll
       for (int c = 0; c < kCols; ++c)
-        a.final_state[state_base + static_cast<int64_t>(row0 + e) * V + col0 + c] = S[e][c];
+        a.final_state[state_base + state_at(a, v_first, row0 + e, col0 + c)] = S[e][c];
   }
 #endif
 }

@@ -8,7 +8,7 @@
 extern "C" {
 #endif
 
-#define KDACTL_ABI_VERSION 5
+#define KDACTL_ABI_VERSION 6
 
 // Facts the Python side is built on: kdactl.kda.routes holds each one under the name without the
 // prefix, and the loader refuses a library whose values (kdactl_constant) differ.
@@ -51,6 +51,8 @@ enum {
   KDACTL_ERR_BAD_QK_HEADS,
   KDACTL_ERR_BAD_BETA_MODE,
   KDACTL_ERR_BAD_GATE_MODE,
+  KDACTL_ERR_BAD_DTYPE,
+  KDACTL_ERR_BAD_CHECKPOINTS,
   KDACTL_ERR_BAD_END  // one past the last bad-argument code (not a code)
 };
 
@@ -89,9 +91,17 @@ enum {
   KDACTL_GATE_LOWER_BOUND = 2,  // lower_bound sigmoid(exp(A_log[h]) (g + dt_bias[h, key])); no A_log: of g + dt_bias
 };
 
+// Element types of g and beta (q, k, v and o: bf16, or fp16 with qkv_fp16).
+enum {
+  KDACTL_DTYPE_FP32 = 0,
+  KDACTL_DTYPE_BF16 = 1,
+  KDACTL_DTYPE_FP16 = 2,
+};
+
 // KDA prefill arguments shared by all routes. Layouts follow flash-linear-attention:
-// q,k [B,T,Hqk,K] bf16 (Hqk = qk_heads, dividing H); v, o [B,T,H,V] bf16; g [B,T,H,K] fp32 or bf16; beta [B,T,H] fp32 or bf16;
-// state [N,H,K,V] fp32. Varlen: B == 1 and cu_seqlens [N+1] gives the sequence bounds.
+// q,k [B,T,Hqk,K] (Hqk = qk_heads, dividing H); v, o [B,T,H,V], all four bf16 or all fp16;
+// g [B,T,H,K] and beta [B,T,H] fp32, bf16 or fp16; state [N,H,K,V] fp32 ([N,H,V,K] with state_v_first).
+// Varlen: B == 1 and cu_seqlens [N+1] gives the sequence bounds.
 typedef struct {
   const void* q;
   const void* k;
@@ -107,8 +117,8 @@ typedef struct {
   int32_t heads;                // H
   int32_t key_dim;              // K
   int32_t value_dim;            // V
-  int32_t g_is_bf16;            // 0: fp32 g, 1: bf16 g
-  int32_t beta_is_bf16;         // 0: fp32 beta, 1: bf16 beta
+  int32_t g_dtype;              // KDACTL_DTYPE_* of g
+  int32_t beta_dtype;           // KDACTL_DTYPE_* of beta
   int32_t cu_seqlens_is_int32;  // 0: int64 cu_seqlens, 1: int32
   int32_t tuning;               // route-specific variant for benchmarks; KDACTL_TUNING_AUTO = the launcher's choice
   float scale;
@@ -126,6 +136,15 @@ typedef struct {
   // Serving state pool: sequence n's state is slot state_indices[n] of initial_state and final_state
   // (one pool, updated in place; a negative index starts from zero and is not written). NULL: slot n.
   const int32_t* state_indices;
+  int32_t qkv_fp16;             // 1: q, k, v and o are fp16 (0: bf16)
+  int32_t state_v_first;        // 1: every state (initial, final, pool, checkpoints) is [V, K] per head
+  // Prefix checkpoints: entry j of sequence n is its state before token j * checkpoint_every, for
+  // j < ceil(len_n / checkpoint_every), at row base_n + j of checkpoints [rows, H, K, V] (V-first:
+  // [rows, H, V, K]) with base_n = sum over m < n of ceil(len_m / checkpoint_every) (fla's layout of
+  // return_intermediate_states). NULL: none.
+  void* checkpoints;
+  int32_t checkpoint_every;     // tokens, a positive multiple of KDACTL_CHUNK
+  int32_t checkpoint_dtype;     // KDACTL_DTYPE_FP32 or KDACTL_DTYPE_BF16
 } kdactl_kda_args;
 
 // Scratch bytes route `route` (an id of KDACTL_ROUTES) needs for these shapes (pointers are not read).

@@ -40,6 +40,8 @@ constexpr Constant kConstants[] = {
     KDACTL_CONSTANT(BETA_SIGMOID2),
     KDACTL_CONSTANT(GATE_SOFTPLUS),
     KDACTL_CONSTANT(GATE_LOWER_BOUND),
+    KDACTL_CONSTANT(DTYPE_BF16),
+    KDACTL_CONSTANT(DTYPE_FP16),
 };
 
 // One entry per bad-argument code, in code order from KDACTL_ERR_BAD_ARGS.
@@ -67,6 +69,9 @@ constexpr ArgumentError kArgumentErrors[] = {
     {KDACTL_ERR_BAD_QK_HEADS, "qk_heads", "qk_heads must be 0 or divide heads"},
     {KDACTL_ERR_BAD_BETA_MODE, "beta_mode", "beta_mode must be one of KDACTL_BETA_*"},
     {KDACTL_ERR_BAD_GATE_MODE, "gate_mode", "gate_mode must be one of KDACTL_GATE_*, with A_log for the softplus gate"},
+    {KDACTL_ERR_BAD_DTYPE, "dtype", "g_dtype and beta_dtype must be KDACTL_DTYPE_*, qkv_fp16 0 or 1"},
+    {KDACTL_ERR_BAD_CHECKPOINTS, "checkpoints",
+     "checkpoint_every must be a positive multiple of KDACTL_CHUNK and checkpoint_dtype fp32 or bf16"},
 };
 constexpr int kArgumentErrorCount = sizeof(kArgumentErrors) / sizeof(kArgumentErrors[0]);
 

@@ -44,8 +44,11 @@ def _sequences(q: Tensor, cu_seqlens: Tensor | None) -> list[tuple[int, int, int
     return [(0, bounds[n], bounds[n + 1]) for n in range(len(bounds) - 1)]
 
 
-def kda_recurrent(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None, device="cpu"):
-    """fp64 token-by-token reference. Returns (o [B,T,H,V] fp64, final_state [N,H,K,V] fp64).
+def kda_recurrent(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None, device="cpu",
+                  checkpoint_every=None):  # fmt: skip
+    """fp64 token-by-token reference. Returns (o [B,T,H,V] fp64, final_state [N,H,K,V] fp64), and
+    with ``checkpoint_every`` C a third item: every sequence's state before tokens 0, C, 2C, ...
+    (as kdactl.kda.prefill's checkpoints), sequence after sequence, [rows, H, K, V] fp64.
 
     Runs on the CPU by default; ``device="cuda"`` runs the same fp64 arithmetic on the GPU, which
     only shortens long test references.
@@ -57,17 +60,23 @@ def kda_recurrent(q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlen
     seqs = _sequences(q, cu_seqlens)
     o = torch.zeros(B, T, H, V, dtype=torch.float64, device=device)
     final = torch.zeros(len(seqs), H, K, V, dtype=torch.float64, device=device)
+    checkpoints = []
     for n, (b, bos, eos) in enumerate(seqs):
         S = torch.zeros(H, K, V, dtype=torch.float64, device=device)
         if initial_state is not None:
             S = initial_state[n].detach().to(device, torch.float64).clone()
         for t in range(bos, eos):
+            if checkpoint_every and (t - bos) % checkpoint_every == 0:
+                checkpoints.append(S)
             kt, vt, bt = k[b, t], v[b, t], beta[b, t]  # [H,K], [H,V], [H]
             S = S * g[b, t].exp().unsqueeze(-1)  # Diag(exp g_t) S
             u = bt.unsqueeze(-1) * (vt - torch.einsum("hk,hkv->hv", kt, S))
             S = S + kt.unsqueeze(-1) * u.unsqueeze(-2)  # (I - b k k^T) S' + b k v^T
             o[b, t] = torch.einsum("hk,hkv->hv", q[b, t] * scale, S)
         final[n] = S
+    if checkpoint_every:
+        rows = torch.stack(checkpoints) if checkpoints else torch.zeros(0, H, K, V, dtype=torch.float64, device=device)
+        return o, final, rows
     return o, final
 
 

@@ -122,6 +122,50 @@ def run_smoke(route: str, row: SmokeRow, varlen: bool, with_state: bool, device:
     return SmokeResult(route, error_ratio(o_ref, o), error_ratio(s_ref, state))
 
 
+# The serving engines' state handling: a pool of V-first states read and written in place by slot
+# (one sequence starts from zero and writes nothing), fp16 inputs, prefix checkpoints every 32 tokens.
+POOL_EXTRA_SLOTS = 2
+POOL_CHECKPOINT_EVERY = 32
+
+
+def pool_ineligible_reason(route: str, row: SmokeRow, device: DeviceInfo) -> str | None:
+    """None when ``route`` can run the row's pool variant (varlen, with a state pool), else why not."""
+    from dataclasses import replace
+
+    return eligibility(replace(problem_of(row, True), state_pool=True), device).get(route, f"route {route!r} is not in ROUTES")
+
+
+def run_pool_smoke(route: str, row: SmokeRow, device: torch.device, ref_device: str = "cuda",
+                   seed: int = 0) -> SmokeResult:  # fmt: skip
+    """The row's varlen variant through a V-first state pool with checkpoints (fp16 q, k, v): o, the
+    written slots and the checkpoints against the fp64 reference; err_state is the worse of the
+    last two, and inf when a slot no sequence names was written."""
+    x, _, cu = make_inputs(row, True, False, device, seed)
+    x = {n: t.half() if n in ("q", "k", "v") else t for n, t in x.items()}
+    N, H = len(row.lengths), row.heads
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    pool = torch.randn(N + POOL_EXTRA_SLOTS, H, HEAD_DIM, HEAD_DIM, generator=gen, device=device) * 0.5
+    slots = [N + POOL_EXTRA_SLOTS - 1 - n for n in range(N)]
+    slots[N // 2] = -1  # the middle sequence starts from zero and is not written back
+    before = pool.clone()
+    o, _, checkpoints = prefill(**x, cu_seqlens=cu, route=route, state_pool=pool, state_v_first=True,
+                                state_indices=torch.tensor(slots, dtype=torch.int32, device=device),
+                                checkpoint_every=POOL_CHECKPOINT_EVERY)  # fmt: skip
+    torch.cuda.synchronize(device)
+    o = perturb_output(route, o)
+    zero = torch.zeros_like(before[0])
+    s0 = torch.stack([before[i].transpose(-1, -2) if i >= 0 else zero for i in slots])  # K-first for the reference
+    o_ref, s_ref, c_ref = kda_recurrent(**x, initial_state=s0, cu_seqlens=cu, device=ref_device,
+                                        checkpoint_every=POOL_CHECKPOINT_EVERY)  # fmt: skip
+    written = [(n, i) for n, i in enumerate(slots) if i >= 0]
+    err_slots = max(error_ratio(s_ref[n], pool[i].transpose(-1, -2)) for n, i in written)
+    err_checkpoints = error_ratio(c_ref, checkpoints[0].transpose(-1, -2))
+    untouched = [i for i in range(len(pool)) if i not in slots]
+    if any(not torch.equal(pool[i], before[i]) for i in untouched):
+        err_slots = float("inf")
+    return SmokeResult(route, error_ratio(o_ref, o), max(err_slots, err_checkpoints))
+
+
 def replay_equals_eager(graph, x, s0, cu, o, s, fresh) -> None:
     """Copy ``fresh`` = (inputs, initial state) into the captured tensors in place, poison the
     outputs with NaN, replay ``graph`` and hold (o, s) to an eager call on the same inputs."""

@@ -2,7 +2,7 @@
 # One device visit, sections chosen by argument and run in the order given, each under its own time
 # limit, everything logged to $OUT/visit.log:
 #   bash scripts/gpu_visit.sh tests certify faults baseline small-bh serving
-#   (sections used for issues 15-16: truth interrupt healthy host fused host-profile)
+#   (sections used for issues 15-16: truth interrupt healthy host fused host-profile serving-tests fla-tests)
 # kdactl is installed exactly as the README tells an operator (no wheels beyond the image); the
 # carried wheels (.whl: fla and its needs) are visible only to the sections that time fla as a peer.
 # fla autotunes ~90 s per new head count, so its head counts are warmed in parallel first (bounded:
@@ -15,9 +15,11 @@ exec > >(tee -a $OUT/visit.log) 2>&1
 python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v WARNING
 python3 -c "import cupti" 2>/dev/null && echo "NOTE: cupti-python is on this image" || echo "cupti-python: not installed (as on the image)"
 peers() { PYTHONPATH=/tmp/site "$@"; }  # fla and its wheels, for peer timing only
-if [ -d .whl ] && [[ " $* " =~ " small-bh "|" serving "|" host " ]]; then
+if [ -d .whl ] && [[ " $* " =~ " small-bh "|" serving "|" host "|" fla-tests " ]]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  for h in 1 4 8 12 64 96; do peers timeout 150 python3 scripts/warm_fla.py $h > $S/warm_$h.log 2>&1 & done
+  if [[ " $* " =~ " small-bh "|" serving "|" host " ]]; then
+    for h in 1 4 8 12 64 96; do peers timeout 150 python3 scripts/warm_fla.py $h > $S/warm_$h.log 2>&1 & done
+  fi
 fi
 TIMEFORMAT="wall %R s"
 echo "== detect"; kdactl detect
@@ -58,6 +60,14 @@ while True: a=(a@a).clamp_(-1,1)" > $S/cotenant.log 2>&1 & ct=$!
       s0=$SECONDS; timeout 90 kdactl certify --quick --expect-gpus 1 --out $S/q.json > $S/q.out 2>&1
       echo "certify --quick rc=$? ($((SECONDS-s0)) s)"; summary $S/q.json suite sanitize ;;
     host-profile) timeout 60 python3 scripts/host_profile.py 2>&1 | head -30 ;;
+    fla-tests)  # issue 16: fla's own tests/ops/test_kda.py (copied into the ignored .fla_tests) against kdactl.kda.chunk_kda
+      cp scripts/fla_tests/conftest.py .fla_tests/conftest.py
+      (cd .fla_tests && peers timeout 300 python3 -m pytest -q -k "test_chunk" test_kda.py -p no:cacheprovider -rs \
+        --junitxml=$OUT/fla_tests.xml -o junit_logging=system-out 2>&1 | grep -vE "^\s*$" | tail -30) ;;
+    serving-tests)  # issue 16: fp16 inputs, V-first states, checkpoints, the drop-in's intermediate states
+      time timeout 200 python3 -m pytest -q -m gpu tests/test_kda_serving_gpu.py tests/test_kda_fused_gpu.py -p no:cacheprovider \
+        --junitxml=$OUT/serving.xml -o junit_logging=system-out 2>&1 | grep -vE "^(tests|\s)" | tail -30
+      python3 scripts/error_ratios.py $OUT/serving.xml 2>/dev/null | tail -2 ;;
     interrupt)  # Ctrl-C (SIGINT to kdactl) mid-run: exit 3 "interrupted", the old certificate kept, no worker left
       [ -f $S/healthy.json ] || timeout 120 kdactl certify --quick --out $S/healthy.json > /dev/null 2>&1
       cp $S/healthy.json $S/keep.json; s0=$SECONDS
@@ -99,7 +109,7 @@ while True: a=(a@a).clamp_(-1,1)" > $S/cotenant.log 2>&1 & ct=$!
         --junitxml=$OUT/kda.xml -o junit_logging=system-out 2>&1 | tail -4
       rc=${PIPESTATUS[0]}; python3 scripts/error_ratios.py $OUT/kda.xml | tail -1
       if [ "$rc" != 0 ] && [ -d .fallback ]; then echo "FELL BACK to .fallback"; cp .fallback/* csrc/; kdactl build | tail -2; fi ;;
-    quick) time timeout 60 kdactl certify --quick --expect-gpus 1 --out $S/quick.json > /dev/null; echo quick rc=$? ;;
+    quick) time timeout 90 kdactl certify --quick --expect-gpus 1 --out $S/quick.json > /dev/null; echo quick rc=$?; summary $S/quick.json suite sanitize ;;
     chunk-tests-or-fallback)  # a kernel change never measured before: on failure, certify the last good one
       timeout 200 python3 -m pytest -q -m gpu tests/test_kda_chunk_gpu.py -p no:cacheprovider -x --junitxml=$OUT/chunk.xml -o junit_logging=system-out 2>&1 | tail -4
       if [ "${PIPESTATUS[0]}" != 0 ] && [ -d .fallback ]; then

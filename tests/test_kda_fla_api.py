@@ -60,9 +60,8 @@ def test_gate_parameters_reach_the_kernels_in_fp32(calls):
 
 
 @pytest.mark.parametrize("change, match", [
-    ({"state_v_first": True}, "state_v_first=True is not supported yet"),
-    ({"transpose_state_layout": True}, "state_v_first=True is not supported yet"),
-    ({"return_intermediate_states": True}, "return_intermediate_states=True is not supported yet"),
+    ({"state_v_first": True, "transpose_state_layout": True}, "pass state_v_first or the deprecated"),
+    ({"return_intermediate_states": True, "disable_recompute": True}, "return_intermediate_states must be used with"),
     ({"cp_context": object()}, "cp_context"),
     ({"chunk_size": 48}, "chunk_size must be either 32 or 64, got 48"),
     ({"head_first": True}, r"unsupported arguments \['head_first'\]"),
@@ -70,18 +69,40 @@ def test_gate_parameters_reach_the_kernels_in_fp32(calls):
     ({"use_gate_in_kernel": True}, "A_log must be provided"),
     ({"use_gate_in_kernel": True, "safe_gate": True, "lower_bound": -6}, r"safe_gate with use_gate_in_kernel needs lower_bound in \[-5, 0\), got -6"),
     ({"use_graph": True, "max_num_seqs": 4, "cu_seqlens": torch.tensor([0, 8])}, "max_num_seqs must equal"),
-    ({"q": "fp16"}, "q is torch.float16: kdactl's kernels read bf16 q, k and v"),
-    ({"v": "fp32"}, "v is torch.float32"),
 ])  # fmt: skip
 def test_what_fla_accepts_and_kdactl_does_not_is_a_value_error_naming_it(calls, change, match):
     x, change = x_of(), dict(change)
-    conv = {"fp16": torch.float16, "fp32": torch.float32}
-    for name in ("q", "v"):
-        if change.get(name) in conv:
-            x[name] = x[name].to(conv[change.pop(name)])
     with pytest.raises(ValueError, match=f"^kdactl.kda.chunk_kda: {match}"):
         chunk_kda(**x, **change)
     assert calls == []
+
+
+@pytest.mark.parametrize("flags, v_first", [({"state_v_first": True}, True), ({"transpose_state_layout": True}, True), ({}, False)])
+def test_state_layout_reaches_prefill(calls, flags, v_first):
+    chunk_kda(**x_of(), **flags)
+    assert calls[0]["state_v_first"] is v_first and calls[0]["checkpoint_every"] is None
+
+
+@pytest.mark.parametrize("chunk_size", [None, 32])
+def test_intermediate_states_are_bf16_checkpoints_every_chunk(calls, chunk_size):
+    extra = {} if chunk_size is None else {"chunk_size": chunk_size}
+    chunk_kda(**x_of(), return_intermediate_states=True, **extra)
+    assert calls[0]["checkpoint_every"] == (chunk_size or 64) and calls[0]["checkpoint_dtype"] == torch.bfloat16
+
+
+def test_fp16_passes_as_it_is_and_fp32_is_read_in_bf16_with_o_back_in_fp32(monkeypatch):
+    seen = []
+
+    def fake(q, k, v, *a, **kw):
+        seen.append((q.dtype, k.dtype, v.dtype))
+        return torch.zeros(v.shape, dtype=q.dtype), None
+
+    monkeypatch.setattr(kda, "prefill", fake)
+    x = x_of()
+    half = {n: x[n].to(torch.float16) if n in "qkv" else x[n] for n in x}
+    assert chunk_kda(**half)[0].dtype == torch.float16 and seen[-1] == (torch.float16,) * 3
+    full = {n: x[n].float() if n in "qkv" else x[n] for n in x}
+    assert chunk_kda(**full)[0].dtype == torch.float32 and seen[-1] == (torch.bfloat16,) * 3
 
 
 def test_gradients_are_refused_not_silently_dropped(calls):

@@ -14,10 +14,12 @@ def _call(x, scale=None, initial_state=None, cu_seqlens=None):
 
 def test_valid_fixed_and_varlen():
     x, s0 = make_inputs(2, 9, 3, state_n=2)
-    assert _call(x, initial_state=s0) == KdaProblem(2, 9, 3, 128, 128, 2, False, False, False)
+    assert _call(x, initial_state=s0) == KdaProblem(2, 9, 3, 128, 128, 2, False, 0, 0)
     x, s0 = make_inputs(1, 9, 3, K=64, V=64, state_n=3, g_dtype=torch.bfloat16, beta_dtype=torch.bfloat16)
     p = _call(x, initial_state=s0, cu_seqlens=cu_seqlens_of([4, 0, 5], dtype=torch.int64))
-    assert (p.num_seqs, p.varlen, p.g_bf16, p.beta_bf16, p.key_dim) == (3, True, True, True, 64)
+    assert (p.num_seqs, p.varlen, p.g_dtype, p.beta_dtype, p.key_dim, p.qkv_fp16) == (3, True, 1, 1, 64, False)
+    half = {n: t.half() for n, t in x.items()}  # q, k, v and also g and beta in fp16
+    assert (_call(half).qkv_fp16, _call(half).g_dtype, _call(half).beta_dtype) == (True, 2, 2)
 
 
 def _mutate(name, fn):
@@ -27,11 +29,12 @@ def _mutate(name, fn):
 
 
 BAD = {
-    "q-dtype": (lambda: _mutate("q", lambda t: t.float()), "q must be bfloat16, got float32"),
+    "q-dtype": (lambda: _mutate("q", lambda t: t.float()), "q must be bfloat16 or float16, got float32"),
     "k-dtype": (lambda: _mutate("k", lambda t: t.half()), "k must be bfloat16, got float16"),
     "v-dtype": (lambda: _mutate("v", lambda t: t.float()), "v must be bfloat16"),
-    "g-dtype": (lambda: _mutate("g", lambda t: t.double()), "g must be float32 or bfloat16, got float64"),
-    "beta-dtype": (lambda: _mutate("beta", lambda t: t.half()), "beta must be float32 or bfloat16"),
+    "v-mixed": (lambda: _mutate("v", lambda t: t.half()), "v must be bfloat16, got float16"),
+    "g-dtype": (lambda: _mutate("g", lambda t: t.double()), "g must be float32, bfloat16 or float16, got float64"),
+    "beta-dtype": (lambda: _mutate("beta", lambda t: t.double()), "beta must be float32, bfloat16 or float16"),
     "q-ndim": (lambda: _mutate("q", lambda t: t[0]), "q must have 4 dimensions"),
     "k-shape": (lambda: _mutate("k", lambda t: t[:, :4]), "k must have shape (1, 8, 2, 128)"),
     "g-shape": (lambda: _mutate("g", lambda t: t[..., :64].contiguous()), "g must have shape"),
@@ -177,3 +180,64 @@ def test_a_good_state_pool_passes():
 
     validate_pool(torch.zeros(9, 2, 128, 128), torch.tensor([4, -1, 0], dtype=torch.int32), _pool_problem(),
                   torch.device("cpu"), require_cuda=False)  # fmt: skip
+
+
+# --- state layout and prefix checkpoints ---------------------------------------------------------
+
+
+def test_v_first_states_are_checked_in_their_own_layout():
+    from kdactl.kda.problem import validate_pool
+
+    x, _ = make_inputs(2, 8, 2, K=64, V=128)
+    v_first = torch.zeros(2, 2, 128, 64)
+    p = validate(**x, scale=None, initial_state=v_first, cu_seqlens=None, require_cuda=False, state_v_first=True)
+    assert p.state_v_first and p.state_shape == (128, 64)
+    with pytest.raises(ValueError, match=r"initial_state must have shape \(2, 2, 64, 128\)"):
+        _call(x, initial_state=v_first)  # K-first by default
+    with pytest.raises(ValueError, match=r"state_pool must have shape \(P, 2, 128, 64\)"):
+        validate_pool(torch.zeros(4, 2, 64, 128), torch.zeros(2, dtype=torch.int32), p, torch.device("cpu"),
+                      require_cuda=False)  # fmt: skip
+
+
+def _checkpoints(x, every, buffer=None, cu=None, cu_cpu=None, dtype=None, v_first=False):
+    from kdactl.kda.problem import validate_checkpoints
+
+    p = validate(**x, scale=None, initial_state=None, cu_seqlens=cu, require_cuda=False, state_v_first=v_first)
+    return validate_checkpoints(every, buffer, p, torch.device("cpu"), cu, cu_cpu, dtype=dtype, require_cuda=False)
+
+
+def test_checkpoints_are_allocated_in_fla_layout():
+    x, _ = make_inputs(2, 40, 3, K=64, V=128)
+    c = _checkpoints(x, 16)
+    assert c.shape == (2, 3, 3, 64, 128) and c.dtype == torch.float32  # ceil(40 / 16) = 3 per sequence
+    assert _checkpoints(x, 32, dtype=torch.bfloat16, v_first=True).shape == (2, 2, 3, 128, 64)
+    x, _ = make_inputs(1, 100, 3, K=64, V=64)
+    cu = cu_seqlens_of([17, 0, 16, 67])  # 2 + 0 + 1 + 5 rows at every 16
+    assert _checkpoints(x, 16, cu=cu).shape == (1, 8, 3, 64, 64)
+    assert _checkpoints(x, 16, cu=cu, cu_cpu=[0, 17, 17, 33, 100]).shape == (1, 8, 3, 64, 64)
+
+
+@pytest.mark.parametrize("every, buffer, dtype, match", [
+    (24, None, None, "checkpoint_every must be a positive multiple of 16 tokens, got 24"),
+    (0, None, None, "checkpoint_every must be a positive multiple of 16"),
+    (True, None, None, "checkpoint_every must be a positive multiple of 16"),
+    (None, torch.zeros(2, 3, 3, 64, 128), None, "checkpoint_every must be"),
+    (16, None, torch.float16, "checkpoint_dtype must be float32 or bfloat16"),
+    (16, torch.zeros(2, 3, 3, 64, 128), torch.float32, "checkpoint_dtype must be .* only without a checkpoints buffer"),
+    (16, torch.zeros(2, 2, 3, 64, 128), None, r"checkpoints must have shape \(2, 3, 3, 64, 128\)"),
+    (16, torch.zeros(2, 3, 3, 64, 128, dtype=torch.float16), None, "checkpoints must be float32 or bfloat16"),
+    (16, torch.zeros(6, 3, 64, 128), None, "checkpoints must have 5 dimensions"),
+])  # fmt: skip
+def test_bad_checkpoints_are_named(every, buffer, dtype, match):
+    x, _ = make_inputs(2, 40, 3, K=64, V=128)
+    with pytest.raises(ValueError, match=match):
+        _checkpoints(x, every, buffer, dtype=dtype)
+
+
+def test_a_varlen_buffer_may_have_spare_rows_but_not_too_few():
+    x, _ = make_inputs(1, 100, 3, K=64, V=64)
+    cu, cu_cpu = cu_seqlens_of([17, 0, 16, 67]), [0, 17, 17, 33, 100]
+    spare = torch.zeros(1, 20, 3, 64, 64)
+    assert _checkpoints(x, 16, spare, cu=cu, cu_cpu=cu_cpu) is spare
+    with pytest.raises(ValueError, match="checkpoints has 7 rows, these sequences need 8"):
+        _checkpoints(x, 16, torch.zeros(1, 7, 3, 64, 64), cu=cu, cu_cpu=cu_cpu)

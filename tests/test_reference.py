@@ -56,3 +56,17 @@ def test_error_ratio():
     assert error_ratio(ref, ref * 1.01) == pytest.approx(0.01)
     assert error_ratio(ref, torch.tensor([1.0, float("nan"), 1.0, 1.0])) == float("inf")
     assert error_ratio(torch.zeros(3), torch.ones(3)) == float("inf")
+
+
+def test_checkpoints_are_the_final_states_of_each_prefix():
+    from kdactl.kda.inputs import random_inputs
+
+    lengths = [40, 0, 16]
+    x, s0, cu = random_inputs(1, 0, 2, K=16, V=8, lengths=lengths, with_state=True, seed=4)
+    _, _, rows = kda_recurrent(**x, initial_state=s0, cu_seqlens=cu, checkpoint_every=16)
+    assert rows.shape == (3 + 0 + 1, 2, 16, 8)  # ceil(40/16) + 0 + ceil(16/16)
+    assert torch.equal(rows[0], s0[0].double()) and torch.equal(rows[3], s0[2].double())  # before token 0
+    for j, prefix in ((1, 16), (2, 32)):
+        part = {n: t[:, :prefix] for n, t in x.items()}
+        _, final = kda_recurrent(**part, initial_state=s0[:1])
+        assert torch.allclose(rows[j], final[0], rtol=0, atol=1e-12)

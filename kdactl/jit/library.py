@@ -27,7 +27,7 @@ from kdactl.targets import decide_target, get_target
 
 log = logging.getLogger("kdactl.jit")
 
-ABI_VERSION = 5  # KDACTL_ABI_VERSION in csrc/kdactl_api.h
+ABI_VERSION = 6  # KDACTL_ABI_VERSION in csrc/kdactl_api.h
 KDACTL_ERR_WRONG_DEVICE = 10001  # checked against the library with the constants of kdactl.kda.routes
 
 ToolkitProvider = Callable[[str], Toolkit]
@@ -52,8 +52,8 @@ class KdaArgs(ctypes.Structure):
         ("heads", ctypes.c_int32),
         ("key_dim", ctypes.c_int32),
         ("value_dim", ctypes.c_int32),
-        ("g_is_bf16", ctypes.c_int32),
-        ("beta_is_bf16", ctypes.c_int32),
+        ("g_dtype", ctypes.c_int32),  # KDACTL_DTYPE_* (kdactl.kda.fused.DTYPE_*)
+        ("beta_dtype", ctypes.c_int32),
         ("cu_seqlens_is_int32", ctypes.c_int32),
         ("tuning", ctypes.c_int32),
         ("scale", ctypes.c_float),
@@ -68,6 +68,11 @@ class KdaArgs(ctypes.Structure):
         ("dt_bias", ctypes.c_void_p),  # const float*, may be NULL
         ("lower_bound", ctypes.c_float),
         ("state_indices", ctypes.c_void_p),  # const int32_t*, the state pool's slots; may be NULL
+        ("qkv_fp16", ctypes.c_int32),  # 1: q, k, v, o fp16
+        ("state_v_first", ctypes.c_int32),  # 1: states [V, K] per head
+        ("checkpoints", ctypes.c_void_p),  # void*, prefix checkpoints; may be NULL
+        ("checkpoint_every", ctypes.c_int32),
+        ("checkpoint_dtype", ctypes.c_int32),
     ]
 
 

@@ -36,8 +36,11 @@ def __getattr__(name: str):
 
 def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False,
             cu_seqlens=None, cu_seqlens_cpu=None, route="auto", workspace=None, out=None, tuning=TUNING_AUTO,
-            fused=None, A_log=None, dt_bias=None, state_pool=None, state_indices=None):  # fmt: skip
-    """KDA prefill. Returns ``(o, final_state or None)``; see SPEC.md "The KDA op".
+            fused=None, A_log=None, dt_bias=None, state_pool=None, state_indices=None, state_v_first=False,
+            checkpoint_every=None, checkpoints=None, checkpoint_dtype=None):  # fmt: skip
+    """KDA prefill. Returns ``(o, final_state or None)``, and the checkpoints as a third item when
+    ``checkpoint_every`` is given; see SPEC.md "The KDA op". q, k, v are bf16 or fp16 (o: the same),
+    g and beta fp32, bf16 or fp16.
 
     ``out`` is a preallocated o tensor, or a tuple ``(o, final_state)``; with ``workspace`` (a
     KdaWorkspace) and ``out`` the call allocates nothing, so it can be captured in a CUDA graph.
@@ -51,16 +54,24 @@ def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_st
     ``state_pool`` fp32 [P, H, K, V] with ``state_indices`` int32 [N]: sequence n starts from
     ``state_pool[state_indices[n]]`` and its final state is written back there, in place (a negative
     index: zero start, nothing written); returns ``(o, state_pool)``.
+    ``state_v_first``: every state (initial, final, pool, checkpoints) is [V, K] per head, not [K, V].
+    ``checkpoint_every`` C (a multiple of 16): prefix checkpoints, fla's return_intermediate_states
+    layout: entry j of sequence n is its state before token j * C, for j < ceil(len_n / C), at row
+    (checkpoints of the sequences before it) + j of a [B, rows, H, K, V] tensor (varlen: B = 1, rows
+    the sum over sequences). ``checkpoints`` is that tensor preallocated (fp32 or bf16; varlen: rows
+    may be more than needed); without it, it is allocated (``checkpoint_dtype``: fp32 or bf16, fp32
+    when None), which needs the varlen bounds on the host (``cu_seqlens_cpu``, or a read-back that
+    synchronizes).
     """
     import torch
 
     from kdactl.kda.fused import NONE
     from kdactl.kda.op import UNDECIDED, device_info, kda_prefill_, launch
-    from kdactl.kda.problem import validate, validate_fused, validate_pool
+    from kdactl.kda.problem import validate, validate_checkpoints, validate_fused, validate_pool
 
     eager = not torch.compiler.is_compiling()  # tracing reads no pointers and no device facts
     problem = validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu,
-                       runtime=eager)  # fmt: skip
+                       runtime=eager, state_v_first=state_v_first)  # fmt: skip
     fused = NONE if fused is None else fused
     if not isinstance(fused, Fused):
         raise ValueError(f"kdactl.kda.prefill: fused must be a kdactl.kda.fused.Fused, got {type(fused).__name__}")
@@ -73,13 +84,19 @@ def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_st
         if not eager:
             raise ValueError("kdactl.kda.prefill: state_pool is not supported under torch.compile yet")
         problem = dataclasses.replace(problem, state_pool=True)
+    if checkpoint_every is not None or checkpoints is not None or checkpoint_dtype is not None:
+        if not eager:
+            raise ValueError("kdactl.kda.prefill: checkpoints are not supported under torch.compile yet")
+        checkpoints = validate_checkpoints(checkpoint_every, checkpoints, problem, q.device, cu_seqlens, cu_seqlens_cpu,
+                                           dtype=checkpoint_dtype)  # fmt: skip
+        problem = dataclasses.replace(problem, checkpoint_every=checkpoint_every)
     o, final_state = _outputs(out, q, v, problem, output_final_state, eager)
     scale = problem.key_dim**-0.5 if scale is None else float(scale)
     if not eager:  # one opaque op in the graph; it decides the route when it runs
         scratch = workspace.buffer if workspace is not None else None
         kda_prefill_(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scratch, scale, route, UNDECIDED,
                      int(tuning), A_log, dt_bias, fused.qk_l2norm, fused.beta_mode, fused.gate_mode,
-                     float(fused.lower_bound))  # fmt: skip
+                     float(fused.lower_bound), bool(state_v_first))  # fmt: skip
         return o, final_state
     device = device_info(q.device)
     route_id = decide_route(problem, device, route).id  # an ineligible forced route fails here
@@ -88,8 +105,8 @@ def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_st
     if state_pool is not None:
         initial_state = final_state = state_pool
     launch(problem, device, route_id, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, scale,
-           int(tuning), fused, A_log, dt_bias, state_indices)  # fmt: skip
-    return o, final_state
+           int(tuning), fused, A_log, dt_bias, state_indices, checkpoints)  # fmt: skip
+    return (o, final_state) if checkpoints is None else (o, final_state, checkpoints)
 
 
 def _outputs(out, q, v, problem: KdaProblem, output_final_state: bool, eager: bool = True):
@@ -97,12 +114,12 @@ def _outputs(out, q, v, problem: KdaProblem, output_final_state: bool, eager: bo
     import torch
 
     o_shape = tuple(v.shape)
-    s_shape = (problem.num_seqs, problem.heads, problem.key_dim, problem.value_dim)
+    s_shape = (problem.num_seqs, problem.heads, *problem.state_shape)
     o, state = (out if isinstance(out, tuple) else (out, None)) if out is not None else (None, None)
     if o is None:
-        o = torch.empty(o_shape, dtype=torch.bfloat16, device=q.device)
+        o = torch.empty(o_shape, dtype=q.dtype, device=q.device)
     else:
-        _check_out("out[0]" if isinstance(out, tuple) else "out", o, o_shape, torch.bfloat16, q.device, eager)
+        _check_out("out[0]" if isinstance(out, tuple) else "out", o, o_shape, q.dtype, q.device, eager)
     if not output_final_state:
         if state is not None:
             raise ValueError("kdactl.kda.prefill: out gives a final_state buffer but output_final_state=False")

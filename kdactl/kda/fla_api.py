@@ -3,8 +3,11 @@ semantics over kdactl's kernels, for the serving engines that call fla's (vLLM, 
 
 Inference only: no gradients. fla's fused options map onto kdactl.kda.fused, which the kernels
 apply where they load their inputs; grouped values (v with a multiple of q's heads) as fla's GVA.
-What fla accepts and kdactl does not do (yet) raises ValueError naming it, never a silent
-difference: fp16/fp32 q, k, v; state_v_first; intermediate states; context parallelism.
+q, k, v bf16 or fp16 are read as they are; fp32 q, k, v are accepted and rounded to bf16, the
+precision the kernels read (o is returned in fp32). state_v_first and return_intermediate_states
+(the state before every chunk_size tokens, bf16, fla's layout) are kdactl.kda.prefill's
+state_v_first and checkpoints. What fla accepts and kdactl does not do raises ValueError naming it,
+never a silent difference: context parallelism.
 fla's own rules are kept: allow_neg_eigval needs use_beta_sigmoid_in_kernel, the gate needs A_log
 or lower_bound, safe_gate with the gate needs lower_bound in [-5, 0), chunk_size is 32 or 64
 (a tiling choice there, none here). A_log and dt_bias are read only with use_gate_in_kernel, as fla.
@@ -27,7 +30,8 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
               allow_neg_eigval=False, safe_gate=False, lower_bound=None, disable_recompute=False,
               return_intermediate_states=False, state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
               cp_context=None, use_graph=False, max_num_seqs=None, **kwargs):  # fmt: skip
-    """fla's ``chunk_kda(...)`` forward: returns ``(o, final_state or None)``, o in q's dtype."""
+    """fla's ``chunk_kda(...)`` forward: returns ``(o, final_state or None)``, o in q's dtype, and
+    fla's intermediate states h as a third item with return_intermediate_states."""
     import torch
 
     from kdactl.kda import prefill
@@ -39,24 +43,29 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
         if state_v_first:
             raise _refuse("pass state_v_first or the deprecated transpose_state_layout, not both")
         state_v_first = kwargs["transpose_state_layout"]
-    for name, value in (("state_v_first", state_v_first), ("return_intermediate_states", return_intermediate_states)):
-        if value:
-            raise _refuse(f"{name}=True is not supported yet")
     if cp_context is not None:
         raise _refuse("cp_context (context parallelism) is not supported")
     if kwargs.get("chunk_size", 64) not in (32, 64):
         raise _refuse(f"chunk_size must be either 32 or 64, got {kwargs['chunk_size']}")
     if use_graph and max_num_seqs is not None and (cu_seqlens is None or max_num_seqs != cu_seqlens.numel() - 1):
         raise _refuse("max_num_seqs must equal len(cu_seqlens) - 1 (pad cu_seqlens with empty sequences)")
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if isinstance(x, torch.Tensor) and x.dtype != torch.bfloat16:
-            raise _refuse(f"{name} is {x.dtype}: kdactl's kernels read bf16 q, k and v (fp16 and fp32 not yet)")
+    if return_intermediate_states and disable_recompute:
+        raise _refuse("return_intermediate_states must be used with disable_recompute=False")
     if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in (q, k, v, g, beta)):
         raise _refuse("computes no gradients (inference only): call it under torch.no_grad() or inference_mode()")
     fused, A_log, dt_bias = _fused(use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
                                    allow_neg_eigval, safe_gate, lower_bound, kwargs)  # fmt: skip
-    return prefill(q, k, v, g, beta, scale=scale, initial_state=initial_state, output_final_state=output_final_state,
-                   cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, fused=fused, A_log=A_log, dt_bias=dt_bias)  # fmt: skip
+    fp32 = all(isinstance(x, torch.Tensor) and x.dtype == torch.float32 for x in (q, k, v))
+    if fp32:  # the kernels read 16-bit q, k, v
+        q, k, v = (x.to(torch.bfloat16) for x in (q, k, v))
+    every = kwargs.get("chunk_size", 64) if return_intermediate_states else None  # fla: the state before each chunk
+    out = prefill(q, k, v, g, beta, scale=scale, initial_state=initial_state, output_final_state=output_final_state,
+                  cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, fused=fused, A_log=A_log, dt_bias=dt_bias,
+                  state_v_first=state_v_first, checkpoint_every=every,
+                  checkpoint_dtype=torch.bfloat16 if every else None)  # fmt: skip
+    if fp32:
+        out = (out[0].float(), *out[1:])
+    return out
 
 
 def _fused(l2norm, gate, beta_sigmoid, neg_eigval, safe_gate, lower_bound, kwargs):
@@ -77,7 +86,11 @@ def _fused(l2norm, gate, beta_sigmoid, neg_eigval, safe_gate, lower_bound, kwarg
 
 
 def _fp32(x):
-    """The gate's small parameter tensors in fp32, as fla's kernels load them (exact for bf16/fp16)."""
+    """The gate's small parameter tensors flat and in fp32, as fla's kernels load them (exact for
+    bf16/fp16; fla's tests give A_log as [1, 1, H, 1])."""
     import torch
 
-    return x.float() if isinstance(x, torch.Tensor) and x.dtype != torch.float32 else x
+    if not isinstance(x, torch.Tensor):
+        return x
+    x = x.float() if x.dtype != torch.float32 else x
+    return x.reshape(-1) if x.is_contiguous() else x

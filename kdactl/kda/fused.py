@@ -22,10 +22,14 @@ GATE_AS_GIVEN, GATE_SOFTPLUS, GATE_LOWER_BOUND = 0, 1, 2
 L2NORM_EPS = 1e-6  # fla's l2norm
 SOFTPLUS_LINEAR_ABOVE = 20.0  # softplus(x) = x above this, as fla's softplus
 
+# Element type codes of g, beta and the checkpoints (kdactl_kda_args.g_dtype, ...).
+DTYPE_FP32, DTYPE_BF16, DTYPE_FP16 = 0, 1, 2
+
 # KDACTL_<name> in csrc/kdactl_api.h; the loader refuses a library with other values.
 FUSED_CONSTANTS: dict[str, int] = {
     "BETA_SIGMOID": BETA_SIGMOID, "BETA_SIGMOID2": BETA_SIGMOID2,
     "GATE_SOFTPLUS": GATE_SOFTPLUS, "GATE_LOWER_BOUND": GATE_LOWER_BOUND,
+    "DTYPE_BF16": DTYPE_BF16, "DTYPE_FP16": DTYPE_FP16,
 }  # fmt: skip
 
 

@@ -48,8 +48,9 @@ def _ptr(x: Optional[torch.Tensor]) -> Optional[int]:
 
 def _args(p: KdaProblem, route_id: int, device: DeviceInfo, q=None, k=None, v=None, g=None, beta=None,
           initial_state=None, cu_seqlens=None, o=None, final_state=None, scale=1.0, tuning=0, fused: Fused = NONE,
-          A_log=None, dt_bias=None, state_indices=None):  # fmt: skip
+          A_log=None, dt_bias=None, state_indices=None, checkpoints=None):  # fmt: skip
     from kdactl.jit.library import KdaArgs
+    from kdactl.kda.problem import DTYPE_CODES
 
     segment_chunks = ROUTE_TABLE[route_id].segment_chunks(p, device)
     return KdaArgs(
@@ -58,7 +59,9 @@ def _args(p: KdaProblem, route_id: int, device: DeviceInfo, q=None, k=None, v=No
         q=_ptr(q), k=_ptr(k), v=_ptr(v), g=_ptr(g), beta=_ptr(beta),
         initial_state=_ptr(initial_state), o=_ptr(o), final_state=_ptr(final_state),
         cu_seqlens=_ptr(cu_seqlens), batch=p.num_seqs, seqlen=p.seqlen, heads=p.heads,
-        key_dim=p.key_dim, value_dim=p.value_dim, g_is_bf16=int(p.g_bf16), beta_is_bf16=int(p.beta_bf16),
+        key_dim=p.key_dim, value_dim=p.value_dim, g_dtype=p.g_dtype, beta_dtype=p.beta_dtype,
+        qkv_fp16=int(p.qkv_fp16), state_v_first=int(p.state_v_first), checkpoints=_ptr(checkpoints),
+        checkpoint_every=p.checkpoint_every, checkpoint_dtype=DTYPE_CODES[checkpoints.dtype] if checkpoints is not None else 0,
         cu_seqlens_is_int32=int(cu_seqlens is not None and cu_seqlens.dtype == torch.int32),
         tuning=tuning, scale=scale, segment_chunks=segment_chunks,
     )  # fmt: skip
@@ -86,6 +89,7 @@ def kda_prefill_(
     beta_mode: int = 0,
     gate_mode: int = 0,
     lower_bound: float = 0.0,
+    state_v_first: bool = False,
 ) -> None:
     """Launch route ``route_id`` (an id of ROUTE_TABLE) on the current stream: kdactl.kda.prefill
     validated the inputs and decided it. A call that torch.compile traced passes UNDECIDED instead
@@ -97,7 +101,7 @@ def kda_prefill_(
     for name, t in tensors.items():
         if t is not None and t.numel() and t.data_ptr() % 16:
             raise ValueError(f"kdactl.kda.prefill: {name} must be 16-byte aligned")
-    problem = KdaProblem.of(q, v, g, beta, cu_seqlens)
+    problem = KdaProblem.of(q, v, g, beta, cu_seqlens, state_v_first)
     device = device_info(q.device)
     if route_id == UNDECIDED:
         route_id = decide_route(problem, device, route).id
@@ -107,14 +111,14 @@ def kda_prefill_(
 
 def launch(problem: KdaProblem, device: DeviceInfo, route_id: int, q, k, v, g, beta, initial_state, cu_seqlens, o,
            final_state, workspace, scale: float, tuning: int, fused: Fused = NONE, A_log=None,
-           dt_bias=None, state_indices=None) -> None:  # fmt: skip
+           dt_bias=None, state_indices=None, checkpoints=None) -> None:  # fmt: skip
     """The launch itself, for inputs already checked and a route already decided: what an eager
     prefill calls directly (torch's custom-op dispatch costs more host time than the whole launch),
     and what the custom op calls under torch.compile. ``workspace``: a claimed KdaWorkspace, a uint8
     scratch tensor, or None (scratch is then allocated here when the route needs it)."""
     lib = kernels()
     args = _args(problem, route_id, device, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, tuning,
-                 fused, A_log, dt_bias, state_indices)  # fmt: skip
+                 fused, A_log, dt_bias, state_indices, checkpoints)  # fmt: skip
     need = lib.workspace_bytes(route_id, args)
     if need:
         scratch = workspace.reserve(need) if isinstance(workspace, KdaWorkspace) else workspace
@@ -141,5 +145,6 @@ def _launches() -> int:
 
 @kda_prefill_.register_fake
 def _(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, scale, route, route_id, tuning,
-      A_log=None, dt_bias=None, qk_l2norm=False, beta_mode=0, gate_mode=0, lower_bound=0.0) -> None:  # fmt: skip
+      A_log=None, dt_bias=None, qk_l2norm=False, beta_mode=0, gate_mode=0, lower_bound=0.0,
+      state_v_first=False) -> None:  # fmt: skip
     return None

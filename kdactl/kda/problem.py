@@ -11,11 +11,14 @@ from dataclasses import dataclass
 
 import torch
 
-from kdactl.kda.fused import GATE_SOFTPLUS, Fused
-from kdactl.kda.routes import MAX_GRID_DIM
+from kdactl.kda.fused import DTYPE_BF16, DTYPE_FP16, DTYPE_FP32, GATE_SOFTPLUS, Fused
+from kdactl.kda.routes import CHUNK, MAX_GRID_DIM
 
 KEY_DIMS = (64, 128)
 VALUE_DIMS = (64, 128)
+QKV_DTYPES = (torch.bfloat16, torch.float16)  # the kernels' q, k, v and o
+GATE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # g and beta
+DTYPE_CODES = {torch.float32: DTYPE_FP32, torch.bfloat16: DTYPE_BF16, torch.float16: DTYPE_FP16}
 
 
 @dataclass(frozen=True)
@@ -29,19 +32,28 @@ class KdaProblem:
     value_dim: int
     num_seqs: int  # N: B for fixed batches, len(cu_seqlens) - 1 for varlen
     varlen: bool
-    g_bf16: bool
-    beta_bf16: bool
+    g_dtype: int  # kdactl.kda.fused.DTYPE_* of g
+    beta_dtype: int  # and of beta
     qk_heads: int = 0  # heads of q and k when fewer than ``heads`` (GVA); 0: the same
     state_pool: bool = False  # states come from, and go back to, slots of one pool (state_indices)
+    qkv_fp16: bool = False  # q, k, v and o are fp16 (else bf16)
+    state_v_first: bool = False  # every state is [V, K] per head (else [K, V])
+    checkpoint_every: int = 0  # tokens between prefix checkpoints; 0: none
 
     @classmethod
-    def of(cls, q, v, g, beta, cu_seqlens=None) -> "KdaProblem":
+    def of(cls, q, v, g, beta, cu_seqlens=None, state_v_first=False) -> "KdaProblem":
         """The facts of already-validated tensors (``heads``: v's, the value heads)."""
         B, T, Hq, K = q.shape
         H = v.shape[2]
         num_seqs = cu_seqlens.numel() - 1 if cu_seqlens is not None else B
-        return cls(B, T, H, K, v.shape[-1], num_seqs, cu_seqlens is not None,
-                   g.dtype == torch.bfloat16, beta.dtype == torch.bfloat16, 0 if Hq == H else Hq)  # fmt: skip
+        return cls(B, T, H, K, v.shape[-1], num_seqs, cu_seqlens is not None, DTYPE_CODES[g.dtype],
+                   DTYPE_CODES[beta.dtype], 0 if Hq == H else Hq, qkv_fp16=q.dtype == torch.float16,
+                   state_v_first=bool(state_v_first))  # fmt: skip
+
+    @property
+    def state_shape(self) -> tuple[int, int]:
+        """One head's state: (K, V), or (V, K) V-first."""
+        return (self.value_dim, self.key_dim) if self.state_v_first else (self.key_dim, self.value_dim)
 
 
 def capturing(device: torch.device) -> bool:
@@ -64,7 +76,8 @@ def _check_tensor(name, x, dtypes, ndim, device=None, require_cuda=True, runtime
     if not isinstance(x, torch.Tensor):
         raise _fail(name, f"must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in dtypes:
-        want = " or ".join(str(d).replace("torch.", "") for d in dtypes)
+        names = [str(d).replace("torch.", "") for d in dtypes]
+        want = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
         raise _fail(name, f"must be {want}, got {str(x.dtype).replace('torch.', '')}")
     if ndim is not None and x.dim() != ndim:
         raise _fail(name, f"must have {ndim} dimensions, got shape {tuple(x.shape)}")
@@ -84,23 +97,22 @@ def _check_shape(name, x, shape):
 
 
 def validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, cu_seqlens_cpu=None, require_cuda=True,
-             runtime=True) -> KdaProblem:  # fmt: skip
+             runtime=True, state_v_first=False) -> KdaProblem:  # fmt: skip
     """Check every input; return the problem's plain facts. ``require_cuda=False`` lets CPU tests
     exercise every other rule on CPU tensors; ``runtime=False`` (under torch.compile tracing) skips
     the checks that read pointers or device values, which the op repeats when it runs.
     ``cu_seqlens_cpu``: the caller's host copy of cu_seqlens (as fla's callers keep one); its values
     are checked instead of reading the device tensor back, which would synchronize the device."""
-    bf16, fp = (torch.bfloat16,), (torch.float32, torch.bfloat16)
-    _check_tensor("q", q, bf16, 4, require_cuda=require_cuda, runtime=runtime)
+    _check_tensor("q", q, QKV_DTYPES, 4, require_cuda=require_cuda, runtime=runtime)
     dev = q.device
 
     def check(name, x, dtypes, ndim):
         _check_tensor(name, x, dtypes, ndim, dev, require_cuda, runtime)
 
-    check("k", k, bf16, 4)
-    check("v", v, bf16, 4)
-    check("g", g, fp, 4)
-    check("beta", beta, fp, 3)
+    check("k", k, (q.dtype,), 4)  # one element type for q, k and v (and o)
+    check("v", v, (q.dtype,), 4)
+    check("g", g, GATE_DTYPES, 4)
+    check("beta", beta, GATE_DTYPES, 3)
     B, T, Hq, K = q.shape
     H, V = v.shape[2], v.shape[3]  # value heads: Hq of q/k, or a multiple of it (GVA, as fla)
     _check_shape("k", k, q.shape)
@@ -123,10 +135,11 @@ def validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, cu_seqlens_c
     num_seqs = _check_cu_seqlens(cu_seqlens, B, T, dev, runtime, host) if cu_seqlens is not None else B
     if num_seqs > MAX_GRID_DIM:
         raise _fail("cu_seqlens" if cu_seqlens is not None else "q", f"at most {MAX_GRID_DIM} sequences, got {num_seqs}")
+    problem = KdaProblem.of(q, v, g, beta, cu_seqlens, state_v_first)
     if initial_state is not None:
         check("initial_state", initial_state, (torch.float32,), 4)
-        _check_shape("initial_state", initial_state, (num_seqs, H, K, V))
-    return KdaProblem.of(q, v, g, beta, cu_seqlens)
+        _check_shape("initial_state", initial_state, (num_seqs, H, *problem.state_shape))
+    return problem
 
 
 def validate_fused(fused: Fused, A_log, dt_bias, problem: KdaProblem, device, *, require_cuda=True,
@@ -158,12 +171,46 @@ def validate_pool(pool, indices, problem: KdaProblem, device, *, require_cuda=Tr
     if pool is None:
         return
     _check_tensor("state_pool", pool, (torch.float32,), 4, device, require_cuda, runtime)
-    H, K, V = problem.heads, problem.key_dim, problem.value_dim
-    if tuple(pool.shape[1:]) != (H, K, V) or pool.shape[0] < 1:
-        raise _fail("state_pool", f"must have shape (P, {H}, {K}, {V}) with P >= 1, got {tuple(pool.shape)}")
+    H, (S1, S2) = problem.heads, problem.state_shape
+    if tuple(pool.shape[1:]) != (H, S1, S2) or pool.shape[0] < 1:
+        raise _fail("state_pool", f"must have shape (P, {H}, {S1}, {S2}) with P >= 1, got {tuple(pool.shape)}")
     _check_tensor("state_indices", indices, (torch.int32,), 1, device, require_cuda, runtime)
     if indices.numel() != problem.num_seqs:
         raise _fail("state_indices", f"must have one slot per sequence ({problem.num_seqs}), got {indices.numel()}")
+
+
+def validate_checkpoints(every, buffer, problem: KdaProblem, device, cu_seqlens=None, cu_seqlens_cpu=None, *,
+                         dtype=None, require_cuda=True, runtime=True):  # fmt: skip
+    """Prefix checkpoints every ``every`` tokens: the caller's buffer, checked, or a new one of
+    ``dtype`` (fp32 or bf16; None: fp32).
+    Its shape is fla's (return_intermediate_states): [B, rows, H, K, V] (V-first: [.., V, K]), rows
+    ceil(T / every); varlen [1, rows, H, ..] with rows the sum of ceil(len_n / every), which the host
+    knows from cu_seqlens_cpu or a read-back (a preallocated varlen buffer may have more rows)."""
+    if isinstance(every, bool) or not isinstance(every, int) or every <= 0 or every % CHUNK:
+        raise _fail("checkpoint_every", f"must be a positive multiple of {CHUNK} tokens, got {every!r}")
+    dtypes = (torch.float32, torch.bfloat16)
+    if dtype is not None and (buffer is not None or dtype not in dtypes):
+        raise _fail("checkpoint_dtype", f"must be float32 or bfloat16, and only without a checkpoints buffer, got {dtype}")
+    B, H, (S1, S2) = (1 if problem.varlen else problem.batch), problem.heads, problem.state_shape
+    rows = None  # the rows this call writes, when the host knows them
+    if not problem.varlen:
+        rows = -(-problem.seqlen // every)
+    elif cu_seqlens_cpu is not None or (buffer is None and runtime and not capturing(device)):
+        bounds = _host_bounds(cu_seqlens_cpu, cu_seqlens) if cu_seqlens_cpu is not None else cu_seqlens.tolist()
+        rows = sum(-(-(b1 - b0) // every) for b0, b1 in zip(bounds, bounds[1:]))
+    if buffer is None:
+        if rows is None:
+            raise _fail("checkpoints", "must be preallocated under CUDA graph capture without cu_seqlens_cpu "
+                                       "(its rows depend on the sequence lengths)")  # fmt: skip
+        return torch.empty((B, rows, H, S1, S2), dtype=dtype or torch.float32, device=device)
+    _check_tensor("checkpoints", buffer, dtypes, 5, device, require_cuda, runtime)
+    shape = tuple(buffer.shape)
+    if shape[0] != B or shape[2:] != (H, S1, S2) or (rows is not None and not problem.varlen and shape[1] != rows):
+        want = f"({B}, {rows if not problem.varlen else 'rows'}, {H}, {S1}, {S2})"
+        raise _fail("checkpoints", f"must have shape {want}, got {shape}")
+    if rows is not None and shape[1] < rows:
+        raise _fail("checkpoints", f"has {shape[1]} rows, these sequences need {rows} (every {every} tokens)")
+    return buffer
 
 
 def _host_bounds(cu_cpu, cu) -> list[int]:
