@@ -41,6 +41,11 @@
 // After a launch: report a bad configuration at once instead of at the next sync.
 static inline int kdactl_launch_status() { return (int)cudaGetLastError(); }
 
+// The current device's facts a launch needs, read once per device and process (defined in
+// library.cu): 0 and its SM count and opt-in shared memory per block when this build's code can
+// run on it, else the code of kdactl_check_device.
+int kdactl_device_facts(int* sms, int* smem_optin);
+
 // Every route launcher's first step: the bounds all routes share, then, unless the batch is empty,
 // the device check and the device's SM count. 0 with *sms == 0 means an empty batch (nothing to do).
 static inline int kdactl_launch_prologue(const kdactl_kda_args* a, int* sms) {
@@ -62,11 +67,8 @@ static inline int kdactl_launch_prologue(const kdactl_kda_args* a, int* sms) {
        (a->checkpoint_dtype != KDACTL_DTYPE_FP32 && a->checkpoint_dtype != KDACTL_DTYPE_BF16)))
     return KDACTL_ERR_BAD_CHECKPOINTS;
   if (a->batch == 0) return 0;
-  if (int rc = kdactl_check_device()) return rc;
-  int dev = 0;
-  KDACTL_TRY(cudaGetDevice(&dev));
-  KDACTL_TRY(cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev));
-  return 0;
+  int optin = 0;
+  return kdactl_device_facts(sms, &optin);
 }
 
 // Every route's workspace size (0 when it needs none, or for a shape it has no kernel for), defined

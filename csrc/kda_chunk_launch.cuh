@@ -98,10 +98,8 @@ inline RecurShape tuned(RecurShape rs, int tuning) {
 }
 
 inline int smem_optin() {
-  int dev = 0, bytes = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-  if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) return 0;
-  return bytes;
+  int sms = 0, bytes = 0;
+  return kdactl_device_facts(&sms, &bytes) == 0 ? bytes : 0;
 }
 
 }  // namespace chunk

@@ -1,6 +1,7 @@
 // Library-wide entry points: ABI version, target name, error strings, the tables Python checks at
 // load time (routes, constants), device check, capture id, and route workspace sizes.
 #include <string.h>
+#include <atomic>
 #include "common.cuh"
 
 namespace {
@@ -136,6 +137,37 @@ extern "C" int kdactl_check_device(void) {
   const bool ok = (cc * 10 == KDACTL_EXPECTED_ARCH);
 #endif
   return ok ? 0 : KDACTL_ERR_WRONG_DEVICE;
+}
+
+namespace {
+constexpr int kMaxDevices = 64;
+struct DeviceFacts {
+  std::atomic<int> known{0};  // 1 once sms and optin hold the device's values
+  int sms = 0, optin = 0;
+};
+DeviceFacts g_device_facts[kMaxDevices];
+}  // namespace
+
+// Each launch asked the runtime for these (five calls); they do not change while the process runs.
+// Two threads may both fill an entry: with the same values, published by the release store.
+int kdactl_device_facts(int* sms, int* smem_optin) {
+  int dev = 0;
+  KDACTL_TRY(cudaGetDevice(&dev));
+  DeviceFacts* f = (dev >= 0 && dev < kMaxDevices) ? &g_device_facts[dev] : nullptr;
+  if (f == nullptr || f->known.load(std::memory_order_acquire) == 0) {
+    if (int rc = kdactl_check_device()) return rc;
+    int s = 0, o = 0;
+    KDACTL_TRY(cudaDeviceGetAttribute(&s, cudaDevAttrMultiProcessorCount, dev));
+    KDACTL_TRY(cudaDeviceGetAttribute(&o, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (f == nullptr) {
+      *sms = s, *smem_optin = o;
+      return 0;
+    }
+    f->sms = s, f->optin = o;
+    f->known.store(1, std::memory_order_release);
+  }
+  *sms = f->sms, *smem_optin = f->optin;
+  return 0;
 }
 
 extern "C" int kdactl_stream_capture_id(void* stream, unsigned long long* out) {

@@ -190,7 +190,15 @@ def test_prefill_decides_once_and_hands_the_route_id_to_the_op(monkeypatch):
     monkeypatch.setattr(validation, "validate", lambda *a, **kw: p)  # CPU tensors: the rules are tested elsewhere
     monkeypatch.setattr(op, "device_info", lambda device: H200)
     monkeypatch.setattr(op, "kda_prefill_", lambda *a: launched.append(a[11:14]))  # route, route_id, tuning
-    monkeypatch.setattr(op, "launch", lambda problem, device, route_id, *a: launched.append(("direct", route_id, a[11])))
+
+    class Plan:  # the eager launch: route id and tuning as prefill decided them
+        def __init__(self, problem, device, route_id, index, scale, tuning, *rest):
+            launched.append(("direct", route_id, tuning))
+
+        def launch(self, *a):
+            pass
+
+    monkeypatch.setattr(op, "LaunchPlan", Plan)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: False)
     kda.prefill(**x)
     assert len(decisions) == 1 and launched == [("direct", real_decide(p, H200).id, 0)]

@@ -65,11 +65,37 @@ def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_st
     """
     import torch
 
-    from kdactl.kda.fused import NONE
-    from kdactl.kda.op import UNDECIDED, device_info, kda_prefill_, launch
-    from kdactl.kda.problem import validate, validate_checkpoints, validate_fused, validate_pool
+    from kdactl.kda import plans
 
     eager = not torch.compiler.is_compiling()  # tracing reads no pointers and no device facts
+    tensors = (q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, state_pool, state_indices)
+    key = None
+    if eager and checkpoint_every is None and checkpoints is None and checkpoint_dtype is None and (
+            cu_seqlens is None or cu_seqlens_cpu is not None):  # fmt: skip
+        options = (scale, bool(output_final_state), route, tuning, fused, bool(state_v_first), workspace is not None,
+                   type(cu_seqlens_cpu))  # fmt: skip
+        key = plans.call_key(tensors, out, options)
+        plan = plans.lookup(key)
+        if plan is not None and plans.call_ok(tensors, out, cu_seqlens_cpu, plan.problem.seqlen):
+            o, final_state = _planned_outputs(plan, out, q, output_final_state)
+            return _run(plan, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, A_log, dt_bias,
+                        state_pool, state_indices, None)  # fmt: skip
+    return _full_call(key, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, cu_seqlens_cpu, route,
+                      workspace, out, tuning, fused, A_log, dt_bias, state_pool, state_indices, state_v_first,
+                      checkpoint_every, checkpoints, checkpoint_dtype, eager)  # fmt: skip
+
+
+def _full_call(key, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, cu_seqlens_cpu, route,
+               workspace, out, tuning, fused, A_log, dt_bias, state_pool, state_indices, state_v_first,
+               checkpoint_every, checkpoints, checkpoint_dtype, eager):  # fmt: skip
+    """Validate everything, decide the route, launch; keep the plan under ``key`` (unless None)."""
+    import torch
+
+    from kdactl.kda import plans
+    from kdactl.kda.fused import NONE
+    from kdactl.kda.op import UNDECIDED, LaunchPlan, device_info, kda_prefill_
+    from kdactl.kda.problem import DTYPE_CODES, validate, validate_checkpoints, validate_fused, validate_pool
+
     problem = validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu,
                        runtime=eager, state_v_first=state_v_first)  # fmt: skip
     fused = NONE if fused is None else fused
@@ -100,13 +126,38 @@ def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_st
         return o, final_state
     device = device_info(q.device)
     route_id = decide_route(problem, device, route).id  # an ineligible forced route fails here
-    if workspace is not None:
-        workspace.claim(q.device)
+    launch = LaunchPlan(problem, device, route_id, q.device.index, scale, int(tuning), fused,
+                        cu_seqlens is not None and cu_seqlens.dtype == torch.int32,
+                        DTYPE_CODES[checkpoints.dtype] if checkpoints is not None else 0)  # fmt: skip
+    state_shape = (problem.num_seqs, problem.heads, *problem.state_shape)
+    plan = plans.CallPlan(problem, launch, tuple(v.shape), q.dtype, state_shape)
+    result = _run(plan, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, A_log, dt_bias,
+                  state_pool, state_indices, checkpoints)  # fmt: skip
+    plans.remember(key, plan)  # after a launch that worked
+    return result
+
+
+def _run(plan, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, A_log, dt_bias, state_pool,
+         state_indices, checkpoints):  # fmt: skip
+    """Launch a planned call on checked inputs and outputs; prefill's return value."""
+    stream = workspace.claim(q.device) if workspace is not None else None
     if state_pool is not None:
         initial_state = final_state = state_pool
-    launch(problem, device, route_id, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, scale,
-           int(tuning), fused, A_log, dt_bias, state_indices, checkpoints)  # fmt: skip
+    plan.launch.launch(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, A_log, dt_bias,
+                       state_indices, checkpoints, stream)  # fmt: skip
     return (o, final_state) if checkpoints is None else (o, final_state, checkpoints)
+
+
+def _planned_outputs(plan, out, q, output_final_state: bool):
+    """(o, final_state or None) of a planned call: ``out``'s (its metadata is in the plan's key), or new."""
+    import torch
+
+    o, state = (out if isinstance(out, tuple) else (out, None)) if out is not None else (None, None)
+    if o is None:
+        o = torch.empty(plan.o_shape, dtype=plan.o_dtype, device=q.device)
+    if output_final_state and state is None:
+        state = torch.empty(plan.state_shape, dtype=torch.float32, device=q.device)
+    return o, state
 
 
 def _outputs(out, q, v, problem: KdaProblem, output_final_state: bool, eager: bool = True):

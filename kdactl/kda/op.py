@@ -46,25 +46,61 @@ def _ptr(x: Optional[torch.Tensor]) -> Optional[int]:
     return None if x is None else x.data_ptr()
 
 
-def _args(p: KdaProblem, route_id: int, device: DeviceInfo, q=None, k=None, v=None, g=None, beta=None,
-          initial_state=None, cu_seqlens=None, o=None, final_state=None, scale=1.0, tuning=0, fused: Fused = NONE,
-          A_log=None, dt_bias=None, state_indices=None, checkpoints=None):  # fmt: skip
-    from kdactl.jit.library import KdaArgs
-    from kdactl.kda.problem import DTYPE_CODES
+class LaunchPlan:
+    """What a launch needs that the call's pointers do not change: the route's kernel, a KdaArgs
+    template with the shapes, modes and the route's plan filled in (every pointer NULL), and the
+    workspace size. Built once per call shape; ``launch`` fills in the pointers and launches."""
 
-    segment_chunks = ROUTE_TABLE[route_id].segment_chunks(p, device)
-    return KdaArgs(
-        qk_heads=p.qk_heads, qk_l2norm=int(fused.qk_l2norm), beta_mode=fused.beta_mode, gate_mode=fused.gate_mode,
-        A_log=_ptr(A_log), dt_bias=_ptr(dt_bias), lower_bound=fused.lower_bound, state_indices=_ptr(state_indices),
-        q=_ptr(q), k=_ptr(k), v=_ptr(v), g=_ptr(g), beta=_ptr(beta),
-        initial_state=_ptr(initial_state), o=_ptr(o), final_state=_ptr(final_state),
-        cu_seqlens=_ptr(cu_seqlens), batch=p.num_seqs, seqlen=p.seqlen, heads=p.heads,
-        key_dim=p.key_dim, value_dim=p.value_dim, g_dtype=p.g_dtype, beta_dtype=p.beta_dtype,
-        qkv_fp16=int(p.qkv_fp16), state_v_first=int(p.state_v_first), checkpoints=_ptr(checkpoints),
-        checkpoint_every=p.checkpoint_every, checkpoint_dtype=DTYPE_CODES[checkpoints.dtype] if checkpoints is not None else 0,
-        cu_seqlens_is_int32=int(cu_seqlens is not None and cu_seqlens.dtype == torch.int32),
-        tuning=tuning, scale=scale, segment_chunks=segment_chunks,
-    )  # fmt: skip
+    __slots__ = ("route_id", "kernel", "template", "need", "device_index", "what")
+
+    def __init__(self, p: KdaProblem, device: DeviceInfo, route_id: int, device_index: int, scale: float,
+                 tuning: int = 0, fused: Fused = NONE, cu_seqlens_int32: bool = False, checkpoint_dtype: int = 0):  # fmt: skip
+        from kdactl.jit.library import KdaArgs
+
+        lib = kernels()
+        self.route_id, self.device_index = route_id, device_index
+        self.template = KdaArgs(
+            qk_heads=p.qk_heads, qk_l2norm=int(fused.qk_l2norm), beta_mode=fused.beta_mode, gate_mode=fused.gate_mode,
+            lower_bound=fused.lower_bound, batch=p.num_seqs, seqlen=p.seqlen, heads=p.heads, key_dim=p.key_dim,
+            value_dim=p.value_dim, g_dtype=p.g_dtype, beta_dtype=p.beta_dtype, qkv_fp16=int(p.qkv_fp16),
+            state_v_first=int(p.state_v_first), checkpoint_every=p.checkpoint_every, checkpoint_dtype=checkpoint_dtype,
+            cu_seqlens_is_int32=int(cu_seqlens_int32), tuning=tuning, scale=scale,
+            segment_chunks=ROUTE_TABLE[route_id].segment_chunks(p, device),
+        )  # fmt: skip
+        if p.varlen:  # a non-NULL cu_seqlens tells the C side the layout (workspace sizes depend on it)
+            self.template.cu_seqlens = 1
+        self.need = lib.workspace_bytes(route_id, self.template)  # reads no pointer
+        self.template.cu_seqlens = None
+        self.kernel = lib.kda_route(ROUTE_TABLE[route_id].name)
+        self.what = f"KDA prefill route {ROUTE_TABLE[route_id].name!r}"
+
+    def launch(self, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, A_log=None,
+               dt_bias=None, state_indices=None, checkpoints=None, stream: Optional[int] = None) -> None:  # fmt: skip
+        """Launch on the current stream (``stream``: its raw pointer, when the caller has it).
+        ``workspace``: a claimed KdaWorkspace, a uint8 scratch tensor, or None (scratch is then
+        allocated here when the route needs it)."""
+        from kdactl.jit.library import KdaArgs
+
+        args = KdaArgs.from_buffer_copy(self.template)
+        args.q, args.k, args.v, args.g, args.beta, args.o = (
+            q.data_ptr(), k.data_ptr(), v.data_ptr(), g.data_ptr(), beta.data_ptr(), o.data_ptr())  # fmt: skip
+        for name, x in (("initial_state", initial_state), ("final_state", final_state), ("cu_seqlens", cu_seqlens),
+                        ("A_log", A_log), ("dt_bias", dt_bias), ("state_indices", state_indices),
+                        ("checkpoints", checkpoints)):  # fmt: skip
+            if x is not None:
+                setattr(args, name, x.data_ptr())
+        if self.need:
+            scratch = workspace.reserve(self.need) if isinstance(workspace, KdaWorkspace) else workspace
+            if scratch is None or scratch.numel() < self.need:
+                scratch = torch.empty(self.need, dtype=torch.uint8, device=q.device)
+            args.workspace, args.workspace_bytes = scratch.data_ptr(), scratch.numel()
+        if stream is None:
+            stream = current_stream_ptr(q.device)
+        lib = kernels()
+        guard = torch.cuda.device(self.device_index) if self.device_index != torch.cuda.current_device() else contextlib.nullcontext()
+        with guard:
+            for _ in range(_launches()):
+                lib.check(self.kernel(ctypes.byref(args), stream), self.what)
 
 
 @torch.library.custom_op("kdactl::kda_prefill_", mutates_args=("o", "final_state", "workspace"), device_types="cuda")
@@ -114,24 +150,14 @@ def launch(problem: KdaProblem, device: DeviceInfo, route_id: int, q, k, v, g, b
            dt_bias=None, state_indices=None, checkpoints=None) -> None:  # fmt: skip
     """The launch itself, for inputs already checked and a route already decided: what an eager
     prefill calls directly (torch's custom-op dispatch costs more host time than the whole launch),
-    and what the custom op calls under torch.compile. ``workspace``: a claimed KdaWorkspace, a uint8
-    scratch tensor, or None (scratch is then allocated here when the route needs it)."""
-    lib = kernels()
-    args = _args(problem, route_id, device, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scale, tuning,
-                 fused, A_log, dt_bias, state_indices, checkpoints)  # fmt: skip
-    need = lib.workspace_bytes(route_id, args)
-    if need:
-        scratch = workspace.reserve(need) if isinstance(workspace, KdaWorkspace) else workspace
-        if scratch is None or scratch.numel() < need:
-            scratch = torch.empty(need, dtype=torch.uint8, device=q.device)
-        args.workspace, args.workspace_bytes = scratch.data_ptr(), scratch.numel()
-    chosen = ROUTE_TABLE[route_id].name
-    kernel = lib.kda_route(chosen)
-    stream = ctypes.c_void_p(current_stream_ptr(q.device))
-    guard = torch.cuda.device(q.device) if q.device.index != torch.cuda.current_device() else contextlib.nullcontext()
-    with guard:
-        for _ in range(_launches()):
-            lib.check(kernel(ctypes.byref(args), stream), f"KDA prefill route {chosen!r}")
+    and what the custom op calls under torch.compile."""
+    from kdactl.kda.problem import DTYPE_CODES
+
+    plan = LaunchPlan(problem, device, route_id, q.device.index, scale, tuning, fused,
+                      cu_seqlens is not None and cu_seqlens.dtype == torch.int32,
+                      DTYPE_CODES[checkpoints.dtype] if checkpoints is not None else 0)  # fmt: skip
+    plan.launch(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, A_log, dt_bias, state_indices,
+                checkpoints)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=None)

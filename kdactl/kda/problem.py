@@ -131,7 +131,7 @@ def validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, cu_seqlens_c
         raise _fail("scale", f"must be a finite number, got {scale!r}")
     if cu_seqlens_cpu is not None and cu_seqlens is None:
         raise _fail("cu_seqlens_cpu", "is given without cu_seqlens (the device tensor the kernels read)")
-    host = _host_bounds(cu_seqlens_cpu, cu_seqlens) if cu_seqlens_cpu is not None else None
+    host = host_bounds(cu_seqlens_cpu, cu_seqlens) if cu_seqlens_cpu is not None else None
     num_seqs = _check_cu_seqlens(cu_seqlens, B, T, dev, runtime, host) if cu_seqlens is not None else B
     if num_seqs > MAX_GRID_DIM:
         raise _fail("cu_seqlens" if cu_seqlens is not None else "q", f"at most {MAX_GRID_DIM} sequences, got {num_seqs}")
@@ -196,7 +196,7 @@ def validate_checkpoints(every, buffer, problem: KdaProblem, device, cu_seqlens=
     if not problem.varlen:
         rows = -(-problem.seqlen // every)
     elif cu_seqlens_cpu is not None or (buffer is None and runtime and not capturing(device)):
-        bounds = _host_bounds(cu_seqlens_cpu, cu_seqlens) if cu_seqlens_cpu is not None else cu_seqlens.tolist()
+        bounds = host_bounds(cu_seqlens_cpu, cu_seqlens) if cu_seqlens_cpu is not None else cu_seqlens.tolist()
         rows = sum(-(-(b1 - b0) // every) for b0, b1 in zip(bounds, bounds[1:]))
     if buffer is None:
         if rows is None:
@@ -213,7 +213,7 @@ def validate_checkpoints(every, buffer, problem: KdaProblem, device, cu_seqlens=
     return buffer
 
 
-def _host_bounds(cu_cpu, cu) -> list[int]:
+def host_bounds(cu_cpu, cu) -> list[int]:
     """The host copy's values: a list of ints, or a CPU int tensor, with as many entries as cu_seqlens."""
     if isinstance(cu_cpu, torch.Tensor):
         if cu_cpu.device.type != "cpu" or cu_cpu.dtype not in (torch.int32, torch.int64) or cu_cpu.dim() != 1:
@@ -241,12 +241,16 @@ def _check_cu_seqlens(cu, B, T, dev, runtime=True, host=None) -> int:
     if B != 1:
         raise _fail("q", f"batch must be 1 when cu_seqlens is given (varlen packs sequences along T), got B={B}")
     if host is not None or (runtime and not capturing(dev)):
-        bounds = host if host is not None else cu.tolist()  # the device read synchronizes: pass cu_seqlens_cpu
-        if bounds[0] != 0:
-            raise _fail("cu_seqlens", f"must start at 0, got {bounds[0]}")
-        if bounds[-1] != T:
-            raise _fail("cu_seqlens", f"must end at T={T}, got {bounds[-1]}")
-        bad = next((i for i in range(len(bounds) - 1) if bounds[i + 1] < bounds[i]), None)
-        if bad is not None:
-            raise _fail("cu_seqlens", f"must be non-decreasing, got {bounds[bad]} then {bounds[bad + 1]} at index {bad}")
+        check_bounds(host if host is not None else cu.tolist(), T)  # the device read synchronizes: pass cu_seqlens_cpu
     return cu.numel() - 1
+
+
+def check_bounds(bounds: list[int], T: int) -> None:
+    """cu_seqlens' values (as a host list): from 0 to T, non-decreasing."""
+    if bounds[0] != 0:
+        raise _fail("cu_seqlens", f"must start at 0, got {bounds[0]}")
+    if bounds[-1] != T:
+        raise _fail("cu_seqlens", f"must end at T={T}, got {bounds[-1]}")
+    bad = next((i for i in range(len(bounds) - 1) if bounds[i + 1] < bounds[i]), None)
+    if bad is not None:
+        raise _fail("cu_seqlens", f"must be non-decreasing, got {bounds[bad]} then {bounds[bad + 1]} at index {bad}")

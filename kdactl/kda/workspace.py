@@ -38,8 +38,9 @@ class KdaWorkspace:
             self.buffer = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
         return self.buffer
 
-    def claim(self, device: torch.device) -> None:
-        """Check that this call may use the workspace, and bind it; ValueError naming the conflict."""
+    def claim(self, device: torch.device) -> int:
+        """Check that this call may use the workspace, and bind it; ValueError naming the conflict.
+        Returns the raw pointer of the current stream, which the launch goes on."""
         if device != self.device:
             raise ValueError(f"kdactl.kda.prefill: workspace is for {self.device}, inputs are on {device}")
         stream = current_stream_ptr(device)
@@ -59,6 +60,7 @@ class KdaWorkspace:
                 f"kdactl.kda.prefill: workspace is bound to stream {self.stream:#x} and was used from stream "
                 f"{stream:#x}; give each stream its own KdaWorkspace"
             )
+        return stream
 
 
 def _capture_id(stream: int) -> int:
