@@ -46,6 +46,10 @@ static inline int kdactl_launch_status() { return (int)cudaGetLastError(); }
 // run on it, else the code of kdactl_check_device.
 int kdactl_device_facts(int* sms, int* smem_optin);
 
+// cudaFuncSetAttribute(func, MaxDynamicSharedMemorySize, bytes) on the current device, once per
+// (func, device, bytes) and process: a call costs microseconds, on every launch (library.cu).
+int kdactl_set_smem_once(const void* func, int bytes);
+
 // Every route launcher's first step: the bounds all routes share, then, unless the batch is empty,
 // the device check and the device's SM count. 0 with *sms == 0 means an empty batch (nothing to do).
 static inline int kdactl_launch_prologue(const kdactl_kda_args* a, int* sms) {

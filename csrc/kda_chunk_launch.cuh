@@ -26,7 +26,7 @@ struct RecurShape {
 
 template <typename Kernel>
 int set_smem(Kernel kernel, size_t bytes) {
-  return (int)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+  return kdactl_set_smem_once(reinterpret_cast<const void*>(kernel), static_cast<int>(bytes));
 }
 
 template <int K, int WARPS, int STAGES>

@@ -2,6 +2,8 @@
 // load time (routes, constants), device check, capture id, and route workspace sizes.
 #include <string.h>
 #include <atomic>
+#include <mutex>
+#include <vector>
 #include "common.cuh"
 
 namespace {
@@ -167,6 +169,23 @@ int kdactl_device_facts(int* sms, int* smem_optin) {
     f->known.store(1, std::memory_order_release);
   }
   *sms = f->sms, *smem_optin = f->optin;
+  return 0;
+}
+
+int kdactl_set_smem_once(const void* func, int bytes) {
+  struct Done {
+    const void* func;
+    int dev, bytes;
+  };
+  static std::mutex lock;
+  static std::vector<Done> done;  // a few dozen kernel variants at most
+  int dev = 0;
+  KDACTL_TRY(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> hold(lock);
+  for (const Done& d : done)
+    if (d.func == func && d.dev == dev && d.bytes >= bytes) return 0;
+  KDACTL_TRY(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  done.push_back({func, dev, bytes});
   return 0;
 }
 

@@ -16,3 +16,15 @@ pr = cProfile.Profile(); pr.enable()
 for _ in range(2000): f()
 pr.disable(); torch.cuda.synchronize()
 pstats.Stats(pr).sort_stats("tottime").print_stats(30)
+# The floor of a replay: torch's CUDAGraph.replay of a graph holding one tiny kernel, and of ours.
+def replay_us(fn, n=1000):
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    for _ in range(20): g.replay()
+    torch.cuda.synchronize(); t = time.perf_counter()
+    for _ in range(n): g.replay()
+    us = (time.perf_counter() - t) / n * 1e6; torch.cuda.synchronize()
+    return us
+tiny = torch.zeros(1, device="cuda")
+print("replay us/call: one tiny kernel %.2f, prefill %.2f" % (replay_us(lambda: tiny.add_(1)), replay_us(f)))

@@ -63,26 +63,38 @@ def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_st
     when None), which needs the varlen bounds on the host (``cu_seqlens_cpu``, or a read-back that
     synchronizes).
     """
-    import torch
-
-    from kdactl.kda import plans
-
-    eager = not torch.compiler.is_compiling()  # tracing reads no pointers and no device facts
-    tensors = (q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, state_pool, state_indices)
+    plans = _plans()
+    eager = not plans.torch.compiler.is_compiling()  # tracing reads no pointers and no device facts
     key = None
     if eager and checkpoint_every is None and checkpoints is None and checkpoint_dtype is None and (
             cu_seqlens is None or cu_seqlens_cpu is not None):  # fmt: skip
         options = (scale, bool(output_final_state), route, tuning, fused, bool(state_v_first), workspace is not None,
                    type(cu_seqlens_cpu))  # fmt: skip
-        key = plans.call_key(tensors, out, options)
+        tensors = (q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, state_pool, state_indices)
+        key, aligned = plans.call_key(tensors, out, options)
         plan = plans.lookup(key)
-        if plan is not None and plans.call_ok(tensors, out, cu_seqlens_cpu, plan.problem.seqlen):
+        if plan is not None and aligned and (
+                cu_seqlens_cpu is None or plans.bounds_ok(cu_seqlens_cpu, cu_seqlens, plan.problem.seqlen)):  # fmt: skip
             o, final_state = _planned_outputs(plan, out, q, output_final_state)
             return _run(plan, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, A_log, dt_bias,
                         state_pool, state_indices, None)  # fmt: skip
     return _full_call(key, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, cu_seqlens_cpu, route,
                       workspace, out, tuning, fused, A_log, dt_bias, state_pool, state_indices, state_v_first,
                       checkpoint_every, checkpoints, checkpoint_dtype, eager)  # fmt: skip
+
+
+_PLANS_MODULE = None
+
+
+def _plans():
+    """kdactl.kda.plans (it imports torch, which this package must not at import time), looked up
+    once: an import statement on every call costs a microsecond."""
+    global _PLANS_MODULE
+    if _PLANS_MODULE is None:
+        from kdactl.kda import plans
+
+        _PLANS_MODULE = plans
+    return _PLANS_MODULE
 
 
 def _full_call(key, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, cu_seqlens_cpu, route,

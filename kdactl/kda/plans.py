@@ -30,32 +30,36 @@ class CallPlan:
 
 
 _PLANS: dict[tuple, CallPlan] = {}
-_TENSOR_ARGS = ("q", "k", "v", "g", "beta", "initial_state", "cu_seqlens", "A_log", "dt_bias", "state_pool",
-                "state_indices")  # fmt: skip
+_Tensor = torch.Tensor
 
 
-def _meta(x: Any):
-    if x is None:
-        return None
-    if not isinstance(x, torch.Tensor):
-        raise TypeError  # not plannable: the full path says what is wrong with it
-    return x.shape, x.stride(), x.dtype, x.get_device()
-
-
-def call_key(tensors: tuple, out: Any, options: tuple) -> Optional[tuple]:
-    """The key of a call: metadata of ``tensors`` (in _TENSOR_ARGS order) and of ``out``, and the
-    hashable ``options``; None when the call cannot be planned."""
-    try:
-        outs = out if isinstance(out, tuple) else (out,)
-        key = (tuple(map(_meta, tensors)), type(out) is tuple, tuple(map(_meta, outs)), options)
-        hash(key)
-    except TypeError:
-        return None
-    return key
+def call_key(tensors: tuple, out: Any, options: tuple) -> tuple[Optional[tuple], bool]:
+    """(key, aligned): the key of a call, from every tensor's shape, dtype, device and contiguity
+    (``tensors`` in a fixed order, then ``out``'s) and the ``options``; None when the call cannot be
+    planned (an argument that is not a tensor). ``aligned``: every pointer is 16-byte aligned. One
+    flat loop: this runs on every call."""
+    outs = out if type(out) is tuple else (out,)
+    key: list[Any] = [options, type(out) is tuple]
+    aligned = True
+    for x in (*tensors, *outs):
+        if x is None:
+            key.append(None)
+            continue
+        if type(x) is not _Tensor:
+            return None, False  # the full path says what is wrong with it (subclasses take it too)
+        key += (x.shape, x.dtype, x.get_device(), x.is_contiguous())
+        if x.data_ptr() & 15 and x.numel():
+            aligned = False
+    return tuple(key), aligned
 
 
 def lookup(key: Optional[tuple]) -> Optional[CallPlan]:
-    return _PLANS.get(key) if key is not None else None
+    if key is None:
+        return None
+    try:
+        return _PLANS.get(key)
+    except TypeError:  # an unhashable option: never planned
+        return None
 
 
 def remember(key: Optional[tuple], plan: CallPlan) -> None:
@@ -63,23 +67,21 @@ def remember(key: Optional[tuple], plan: CallPlan) -> None:
         return
     if len(_PLANS) >= MAX_PLANS:
         _PLANS.clear()
-    _PLANS[key] = plan
+    try:
+        _PLANS[key] = plan
+    except TypeError:
+        pass
 
 
 def forget_all() -> None:
     _PLANS.clear()
 
 
-def call_ok(tensors: tuple, out: Any, cu_seqlens_cpu, seqlen: int) -> bool:
-    """The checks metadata cannot settle. False sends the call down the full path, which raises
-    the ValueError naming what is wrong."""
-    outs = out if isinstance(out, tuple) else (out,)
-    for x in (*tensors, *outs):
-        if x is not None and x.data_ptr() % 16 and x.numel():
-            return False
-    if cu_seqlens_cpu is not None:
-        try:
-            check_bounds(host_bounds(cu_seqlens_cpu, tensors[6]), seqlen)
-        except ValueError:
-            return False
+def bounds_ok(cu_seqlens_cpu, cu_seqlens, seqlen: int) -> bool:
+    """The host copy of cu_seqlens, checked as the full path checks it; False sends the call down
+    the full path, which raises the ValueError naming what is wrong."""
+    try:
+        check_bounds(host_bounds(cu_seqlens_cpu, cu_seqlens), seqlen)
+    except ValueError:
+        return False
     return True
