@@ -59,7 +59,7 @@ while True: a=(a@a).clamp_(-1,1)" > $S/cotenant.log 2>&1 & ct=$!
       echo "tests took $((SECONDS-s0)) s"; python3 scripts/error_ratios.py $OUT/gpu.xml 2>/dev/null | tail -2
       s0=$SECONDS; timeout 90 kdactl certify --quick --expect-gpus 1 --out $S/q.json > $S/q.out 2>&1
       echo "certify --quick rc=$? ($((SECONDS-s0)) s)"; summary $S/q.json suite sanitize ;;
-    host-profile) timeout 60 python3 scripts/host_profile.py 2>&1 | head -30 ;;
+    host-profile) timeout 90 python3 scripts/host_profile.py 2>&1 | grep -v "^$" | head -40 ;;
     fla-tests)  # issue 16: fla's own tests/ops/test_kda.py (copied into the ignored .fla_tests) against kdactl.kda.chunk_kda
       cp scripts/fla_tests/conftest.py .fla_tests/conftest.py
       (cd .fla_tests && peers timeout 300 python3 -m pytest -q -k "test_chunk" test_kda.py -p no:cacheprovider -rs \

@@ -6,7 +6,6 @@ records one launch on torch's current stream and torch.compile sees one opaque o
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 from typing import Optional
@@ -42,10 +41,6 @@ def _device_info(index: int) -> DeviceInfo:
     return DeviceInfo(sm_count=props.multi_processor_count, cc=(props.major, props.minor), target=kernels().target)
 
 
-def _ptr(x: Optional[torch.Tensor]) -> Optional[int]:
-    return None if x is None else x.data_ptr()
-
-
 class LaunchPlan:
     """What a launch needs that the call's pointers do not change: the route's kernel, a KdaArgs
     template with the shapes, modes and the route's plan filled in (every pointer NULL), and the
@@ -78,17 +73,19 @@ class LaunchPlan:
                dt_bias=None, state_indices=None, checkpoints=None, stream: Optional[int] = None) -> None:  # fmt: skip
         """Launch on the current stream (``stream``: its raw pointer, when the caller has it).
         ``workspace``: a claimed KdaWorkspace, a uint8 scratch tensor, or None (scratch is then
-        allocated here when the route needs it)."""
-        from kdactl.jit.library import KdaArgs
-
-        args = KdaArgs.from_buffer_copy(self.template)
-        args.q, args.k, args.v, args.g, args.beta, args.o = (
-            q.data_ptr(), k.data_ptr(), v.data_ptr(), g.data_ptr(), beta.data_ptr(), o.data_ptr())  # fmt: skip
-        for name, x in (("initial_state", initial_state), ("final_state", final_state), ("cu_seqlens", cu_seqlens),
-                        ("A_log", A_log), ("dt_bias", dt_bias), ("state_indices", state_indices),
-                        ("checkpoints", checkpoints)):  # fmt: skip
-            if x is not None:
-                setattr(args, name, x.data_ptr())
+        allocated here when the route needs it). Every line here runs on every call."""
+        args = self.template.__class__.from_buffer_copy(self.template)
+        # KdaArgs starts with its nine tensor pointers, in this order: one write sets them all.
+        _POINTERS.from_buffer(args)[:] = (
+            q.data_ptr(), k.data_ptr(), v.data_ptr(), g.data_ptr(), beta.data_ptr(),
+            initial_state.data_ptr() if initial_state is not None else 0, o.data_ptr(),
+            final_state.data_ptr() if final_state is not None else 0,
+            cu_seqlens.data_ptr() if cu_seqlens is not None else 0)  # fmt: skip
+        if A_log is not None or dt_bias is not None or state_indices is not None or checkpoints is not None:
+            for name, x in (("A_log", A_log), ("dt_bias", dt_bias), ("state_indices", state_indices),
+                            ("checkpoints", checkpoints)):  # fmt: skip
+                if x is not None:
+                    setattr(args, name, x.data_ptr())
         if self.need:
             scratch = workspace.reserve(self.need) if isinstance(workspace, KdaWorkspace) else workspace
             if scratch is None or scratch.numel() < self.need:
@@ -96,11 +93,21 @@ class LaunchPlan:
             args.workspace, args.workspace_bytes = scratch.data_ptr(), scratch.numel()
         if stream is None:
             stream = current_stream_ptr(q.device)
-        lib = kernels()
-        guard = torch.cuda.device(self.device_index) if self.device_index != torch.cuda.current_device() else contextlib.nullcontext()
-        with guard:
+        ref = ctypes.byref(args)
+        if self.device_index == torch._C._cuda_getDevice():
             for _ in range(_launches()):
-                lib.check(self.kernel(ctypes.byref(args), stream), self.what)
+                self._check(self.kernel(ref, stream))
+        else:
+            with torch.cuda.device(self.device_index):
+                for _ in range(_launches()):
+                    self._check(self.kernel(ref, stream))
+
+    def _check(self, rc: int) -> None:
+        if rc:
+            kernels().check(rc, self.what)
+
+
+_POINTERS = ctypes.c_void_p * 9  # q, k, v, g, beta, initial_state, o, final_state, cu_seqlens
 
 
 @torch.library.custom_op("kdactl::kda_prefill_", mutates_args=("o", "final_state", "workspace"), device_types="cuda")
