@@ -192,8 +192,10 @@ def test_prefill_decides_once_and_hands_the_route_id_to_the_op(monkeypatch):
     monkeypatch.setattr(op, "kda_prefill_", lambda *a: launched.append(a[11:14]))  # route, route_id, tuning
 
     class Plan:  # the eager launch: route id and tuning as prefill decided them
-        def __init__(self, problem, device, route_id, index, scale, tuning, *rest):
+        @classmethod
+        def of(cls, problem, device, route_id, q, scale, tuning, *rest):
             launched.append(("direct", route_id, tuning))
+            return cls()
 
         def launch(self, *a):
             pass

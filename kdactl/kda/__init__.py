@@ -64,7 +64,7 @@ def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_st
     synchronizes).
     """
     plans = _plans()
-    eager = not plans.torch.compiler.is_compiling()  # tracing reads no pointers and no device facts
+    eager = not plans.is_compiling()  # tracing reads no pointers and no device facts
     key = None
     if eager and checkpoint_every is None and checkpoints is None and checkpoint_dtype is None and (
             cu_seqlens is None or cu_seqlens_cpu is not None):  # fmt: skip
@@ -75,7 +75,7 @@ def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_st
         plan = plans.lookup(key)
         if plan is not None and aligned and (
                 cu_seqlens_cpu is None or plans.bounds_ok(cu_seqlens_cpu, cu_seqlens, plan.problem.seqlen)):  # fmt: skip
-            o, final_state = _planned_outputs(plan, out, q, output_final_state)
+            o, final_state = _outputs(out, q, v, plan.problem, output_final_state, check=False)
             return _run(plan, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, A_log, dt_bias,
                         state_pool, state_indices, None)  # fmt: skip
     return _full_call(key, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, cu_seqlens_cpu, route,
@@ -101,12 +101,9 @@ def _full_call(key, q, k, v, g, beta, scale, initial_state, output_final_state, 
                workspace, out, tuning, fused, A_log, dt_bias, state_pool, state_indices, state_v_first,
                checkpoint_every, checkpoints, checkpoint_dtype, eager):  # fmt: skip
     """Validate everything, decide the route, launch; keep the plan under ``key`` (unless None)."""
-    import torch
-
-    from kdactl.kda import plans
     from kdactl.kda.fused import NONE
     from kdactl.kda.op import UNDECIDED, LaunchPlan, device_info, kda_prefill_
-    from kdactl.kda.problem import DTYPE_CODES, validate, validate_checkpoints, validate_fused, validate_pool
+    from kdactl.kda.problem import validate, validate_checkpoints, validate_fused, validate_pool
 
     problem = validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu,
                        runtime=eager, state_v_first=state_v_first)  # fmt: skip
@@ -138,11 +135,9 @@ def _full_call(key, q, k, v, g, beta, scale, initial_state, output_final_state, 
         return o, final_state
     device = device_info(q.device)
     route_id = decide_route(problem, device, route).id  # an ineligible forced route fails here
-    launch = LaunchPlan(problem, device, route_id, q.device.index, scale, int(tuning), fused,
-                        cu_seqlens is not None and cu_seqlens.dtype == torch.int32,
-                        DTYPE_CODES[checkpoints.dtype] if checkpoints is not None else 0)  # fmt: skip
-    state_shape = (problem.num_seqs, problem.heads, *problem.state_shape)
-    plan = plans.CallPlan(problem, launch, tuple(v.shape), q.dtype, state_shape)
+    plans = _plans()
+    plan = plans.CallPlan(problem, LaunchPlan.of(problem, device, route_id, q, scale, int(tuning), fused, cu_seqlens,
+                                                 checkpoints))  # fmt: skip
     result = _run(plan, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, A_log, dt_bias,
                   state_pool, state_indices, checkpoints)  # fmt: skip
     plans.remember(key, plan)  # after a launch that worked
@@ -160,36 +155,24 @@ def _run(plan, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, work
     return (o, final_state) if checkpoints is None else (o, final_state, checkpoints)
 
 
-def _planned_outputs(plan, out, q, output_final_state: bool):
-    """(o, final_state or None) of a planned call: ``out``'s (its metadata is in the plan's key), or new."""
+def _outputs(out, q, v, problem: KdaProblem, output_final_state: bool, eager: bool = True, check: bool = True):
+    """(o, final_state or None): taken from ``out`` when given (checked, unless ``check`` is off: a
+    planned call's ``out`` has the metadata its plan was validated with), else allocated."""
     import torch
 
     o, state = (out if isinstance(out, tuple) else (out, None)) if out is not None else (None, None)
     if o is None:
-        o = torch.empty(plan.o_shape, dtype=plan.o_dtype, device=q.device)
-    if output_final_state and state is None:
-        state = torch.empty(plan.state_shape, dtype=torch.float32, device=q.device)
-    return o, state
-
-
-def _outputs(out, q, v, problem: KdaProblem, output_final_state: bool, eager: bool = True):
-    """(o, final_state or None): taken from ``out`` when given (checked), else allocated."""
-    import torch
-
-    o_shape = tuple(v.shape)
-    s_shape = (problem.num_seqs, problem.heads, *problem.state_shape)
-    o, state = (out if isinstance(out, tuple) else (out, None)) if out is not None else (None, None)
-    if o is None:
-        o = torch.empty(o_shape, dtype=q.dtype, device=q.device)
-    else:
-        _check_out("out[0]" if isinstance(out, tuple) else "out", o, o_shape, q.dtype, q.device, eager)
+        o = torch.empty(tuple(v.shape), dtype=q.dtype, device=q.device)
+    elif check:
+        _check_out("out[0]" if isinstance(out, tuple) else "out", o, tuple(v.shape), q.dtype, q.device, eager)
     if not output_final_state:
         if state is not None:
             raise ValueError("kdactl.kda.prefill: out gives a final_state buffer but output_final_state=False")
         return o, None
+    s_shape = (problem.num_seqs, problem.heads, *problem.state_shape)
     if state is None:
         state = torch.empty(s_shape, dtype=torch.float32, device=q.device)
-    else:
+    elif check:
         _check_out("out[1]", state, s_shape, torch.float32, q.device, eager)
     return o, state
 

@@ -69,6 +69,16 @@ class LaunchPlan:
         self.kernel = lib.kda_route(ROUTE_TABLE[route_id].name)
         self.what = f"KDA prefill route {ROUTE_TABLE[route_id].name!r}"
 
+    @classmethod
+    def of(cls, p: KdaProblem, device: DeviceInfo, route_id: int, q, scale: float, tuning: int, fused: Fused,
+           cu_seqlens=None, checkpoints=None) -> "LaunchPlan":  # fmt: skip
+        """The plan for a call's tensors: q's device, cu_seqlens' and the checkpoints' element types."""
+        from kdactl.kda.problem import DTYPE_CODES
+
+        return cls(p, device, route_id, q.device.index, scale, tuning, fused,
+                   cu_seqlens is not None and cu_seqlens.dtype == torch.int32,
+                   DTYPE_CODES[checkpoints.dtype] if checkpoints is not None else 0)  # fmt: skip
+
     def launch(self, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, A_log=None,
                dt_bias=None, state_indices=None, checkpoints=None, stream: Optional[int] = None) -> None:  # fmt: skip
         """Launch on the current stream (``stream``: its raw pointer, when the caller has it).
@@ -158,11 +168,7 @@ def launch(problem: KdaProblem, device: DeviceInfo, route_id: int, q, k, v, g, b
     """The launch itself, for inputs already checked and a route already decided: what an eager
     prefill calls directly (torch's custom-op dispatch costs more host time than the whole launch),
     and what the custom op calls under torch.compile."""
-    from kdactl.kda.problem import DTYPE_CODES
-
-    plan = LaunchPlan(problem, device, route_id, q.device.index, scale, tuning, fused,
-                      cu_seqlens is not None and cu_seqlens.dtype == torch.int32,
-                      DTYPE_CODES[checkpoints.dtype] if checkpoints is not None else 0)  # fmt: skip
+    plan = LaunchPlan.of(problem, device, route_id, q, scale, tuning, fused, cu_seqlens, checkpoints)
     plan.launch(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, A_log, dt_bias, state_indices,
                 checkpoints)  # fmt: skip
 

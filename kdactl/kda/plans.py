@@ -1,13 +1,12 @@
 """Remembered call plans: what validating and routing one eager prefill call decided, kept under
-the call's metadata (every tensor's shape, strides, dtype and device, and the options), so that a
-serving engine repeating a few shapes pays only for the per-call checks and the launch.
+the call's metadata (every tensor's shape, dtype, device and contiguity, and the options), so that
+a serving engine repeating a few shapes pays only for the per-call checks and the launch.
 
 The per-call checks are the ones metadata cannot settle: every pointer's 16-byte alignment and the
 host copy of cu_seqlens; a call failing one takes the full path, which raises the ValueError naming
 it. Any other difference is another key, so it too takes the full path, which validates it before
-its plan is kept. Calls whose checks need
-values on the device (cu_seqlens without its host copy) or whose outputs depend on them
-(checkpoints) always take the full path.
+its plan is kept. Calls whose checks need values on the device (cu_seqlens without its host copy)
+or whose outputs depend on them (checkpoints) always take the full path.
 """
 
 from __future__ import annotations
@@ -22,15 +21,21 @@ MAX_PLANS = 1024  # distinct call shapes kept; more and the table starts over
 
 
 class CallPlan:
-    __slots__ = ("problem", "launch", "o_shape", "o_dtype", "state_shape")
+    """The validated problem (its facts size the outputs) and the launch (kdactl.kda.op.LaunchPlan)."""
 
-    def __init__(self, problem: KdaProblem, launch, o_shape, o_dtype, state_shape: Optional[tuple]):
+    __slots__ = ("problem", "launch")
+
+    def __init__(self, problem: KdaProblem, launch):
         self.problem, self.launch = problem, launch
-        self.o_shape, self.o_dtype, self.state_shape = o_shape, o_dtype, state_shape
 
 
 _PLANS: dict[tuple, CallPlan] = {}
 _Tensor = torch.Tensor
+
+
+def is_compiling() -> bool:
+    """Whether torch.compile is tracing this call (prefill asks before it has imported torch)."""
+    return torch.compiler.is_compiling()
 
 
 def call_key(tensors: tuple, out: Any, options: tuple) -> tuple[Optional[tuple], bool]:
