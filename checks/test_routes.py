@@ -68,3 +68,31 @@ def test_route_smoke_pool(row, route, device, device_info):
         pytest.skip(f"route {route} not eligible for {row.name} with a state pool: {reason}")
     result = run_pool_smoke(route, row, device, ref_device="cuda", seed=len(row.name))
     assert result.ok, f"{row.name} pool: {result.describe()}"
+
+
+@pytest.mark.parametrize("row,route,layout", [_mark(row, route, layout) for row in SUITE_ROWS[:1] for route in ROUTES
+                                              for layout in ("fixed", "varlen")])  # fmt: skip
+def test_planned_calls_equal_the_full_path(row, route, layout, device, device_info):
+    """What serves a repeated call: its plan (kdactl_host, or Python's table where that module is
+    unavailable: the build stage's host-module check says which) launches what the full path
+    launched, bit for bit, with each call's own tensors."""
+    import torch
+
+    from kdactl.kda import plans, prefill
+    from kdactl.smoke import make_inputs
+
+    varlen = layout == "varlen"
+    reason = ineligible_reason(route, row, varlen, device_info)
+    if reason is not None:
+        pytest.skip(f"route {route} not eligible for {row.name} {layout}: {reason}")
+    plans.forget_all()
+    runs = []
+    for seed in (1, 2, 1):  # full path, planned on other data, planned on the first data again
+        x, state, cu = make_inputs(row, varlen, True, device, seed=seed)
+        host = None if cu is None else cu.cpu()
+        runs.append(prefill(**x, initial_state=state, output_final_state=True, cu_seqlens=cu, cu_seqlens_cpu=host,
+                            route=route))  # fmt: skip
+    torch.cuda.synchronize(device)
+    (o1, s1), (o2, s2), (o3, s3) = runs
+    assert torch.equal(o1, o3) and torch.equal(s1, s3), f"planned call differs from the full path ({plans.host_status()})"
+    assert not torch.equal(o1, o2), "the planned call did not read its own inputs"

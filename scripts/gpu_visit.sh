@@ -17,9 +17,11 @@ python3 -c "import cupti" 2>/dev/null && echo "NOTE: cupti-python is on this ima
 peers() { PYTHONPATH=/tmp/site "$@"; }  # fla and its wheels, for peer timing only
 if [ -d .whl ] && [[ " $* " =~ " small-bh "|" serving "|" host "|" fla-tests " ]]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  if [[ " $* " =~ " small-bh "|" serving "|" host " ]]; then
-    for h in 1 4 8 12 64 96; do peers timeout 150 python3 scripts/warm_fla.py $h > $S/warm_$h.log 2>&1 & done
-  fi
+  heads=""  # the head counts the chosen bench sections time fla at
+  [[ " $* " =~ " small-bh " ]] && heads+=" 1 4 8"
+  [[ " $* " =~ " serving " ]] && heads+=" 12 64 96"
+  [[ " $* " =~ " host " ]] && heads+=" 4"
+  for h in $(printf "%s\n" $heads | sort -un); do peers timeout 150 python3 scripts/warm_fla.py $h > $S/warm_$h.log 2>&1 & done
 fi
 TIMEFORMAT="wall %R s"
 echo "== detect"; kdactl detect
@@ -59,7 +61,11 @@ while True: a=(a@a).clamp_(-1,1)" > $S/cotenant.log 2>&1 & ct=$!
       echo "tests took $((SECONDS-s0)) s"; python3 scripts/error_ratios.py $OUT/gpu.xml 2>/dev/null | tail -2
       s0=$SECONDS; timeout 90 kdactl certify --quick --expect-gpus 1 --out $S/q.json > $S/q.out 2>&1
       echo "certify --quick rc=$? ($((SECONDS-s0)) s)"; summary $S/q.json suite sanitize ;;
-    host-profile) timeout 90 python3 scripts/host_profile.py 2>&1 | grep -v "^$" | head -40 ;;
+    host-profile) timeout 120 python3 scripts/host_profile.py 2>&1 | grep -v "^$" | head -40 ;;
+    host-tests)  # issue 16: kdactl_host on the GPU, and the op tests through it
+      time timeout 200 python3 -m pytest -q -m gpu tests/test_kda_serving_gpu.py tests/test_kda_gpu.py -p no:cacheprovider \
+        -k "kdactl_host or graph or workspace or compile or stream or varlen or pool" --junitxml=$OUT/host.xml \
+        -o junit_logging=system-out 2>&1 | grep -vE "^(tests|\s)" | tail -30 ;;
     fla-tests)  # issue 16: fla's own tests/ops/test_kda.py (copied into the ignored .fla_tests) against kdactl.kda.chunk_kda
       cp scripts/fla_tests/conftest.py .fla_tests/conftest.py
       (cd .fla_tests && peers timeout 300 python3 -m pytest -q -k "test_chunk" test_kda.py -p no:cacheprovider -rs \

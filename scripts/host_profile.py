@@ -1,34 +1,58 @@
-"""Host cost of kdactl.kda.prefill at B1 T64 H4 on the GPU, issued back to back: the whole call, then
-its parts (the launch plan's launch; the bare ctypes call into the C launcher, which is the CUDA
-runtime's launch cost), the replay floor of torch's CUDAGraph, and a cProfile of 2000 calls.
-Run on a GPU node: python3 scripts/host_profile.py"""
-import cProfile, ctypes, pstats, time, torch
+"""Host cost of kdactl.kda.prefill at B1 T64 H4 on the GPU, issued back to back: the whole call with
+its plans in kdactl_host and in Python, its parts (the launch plan's launch; the bare ctypes call
+into the C launcher, which is the CUDA runtime's launch cost), graph replay through torch and
+through a bare cudaGraphLaunch of the same graph, the replay floor of a one-kernel graph, and a
+cProfile of 2000 calls. Run on a GPU node: python3 scripts/host_profile.py"""
+import cProfile, ctypes, glob, os, pstats, time, torch
 from kdactl.kda import prefill, KdaWorkspace, plans
 from kdactl.kda.inputs import random_inputs
 torch.set_grad_enabled(False)
 x, _, cu = random_inputs(1, 64, 4, device="cuda")
-o = torch.empty_like(x["v"]); s = torch.empty(1, 4, 128, 128, device="cuda"); ws = KdaWorkspace("cuda")
+o = torch.empty_like(x["v"]); s = torch.empty(1, 4, 128, 128, device="cuda")
 
 
-def per_call_us(fn, n=1000):
+def per_call_us(fn, n=200, repeats=7):  # kdactl bench --host's count: far below the launch queue's depth
     for _ in range(20): fn()
-    torch.cuda.synchronize(); t = time.perf_counter()
-    for _ in range(n): fn()
-    us = (time.perf_counter() - t) / n * 1e6; torch.cuda.synchronize()
-    return us
+    per = []
+    for _ in range(repeats):
+        torch.cuda.synchronize(); t = time.perf_counter()
+        for _ in range(n): fn()
+        per.append((time.perf_counter() - t) / n * 1e6)
+    torch.cuda.synchronize()
+    return sorted(per)[len(per) // 2]
 
 
-def replay_us(fn):
+def cudart():
+    import nvidia.cu13 as cu  # noqa: F401 - the CUDA runtime torch ships
+    path = (glob.glob(os.path.join(os.path.dirname(cu.__file__), "lib", "libcudart.so*")) or ["libcudart.so"])[0]
+    lib = ctypes.CDLL(path)
+    lib.cudaGraphLaunch.argtypes, lib.cudaGraphLaunch.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
+    return lib
+
+
+def replays(fn):
+    """(torch CUDAGraph.replay, bare cudaGraphLaunch of the same graph) us per replay."""
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         fn()
-    return per_call_us(g.replay)
+    try:
+        lib, exec_, stream = cudart(), g.raw_cuda_graph_exec(), torch.cuda.current_stream().cuda_stream
+        bare = per_call_us(lambda: lib.cudaGraphLaunch(exec_, stream))
+    except Exception as err:  # noqa: BLE001
+        print("no bare cudaGraphLaunch:", err); bare = float("nan")
+    return per_call_us(g.replay), bare
 
 
 for route in ("chunk", "direct"):
+    ws = KdaWorkspace("cuda")
     f = lambda: prefill(**x, output_final_state=True, out=(o, s), workspace=ws, route=route)
-    whole = per_call_us(f)
+    f()
+    print(f"plans kept by: {plans.host_status()}")
+    native = per_call_us(f)
+    host, plans._HOST = plans._HOST, None  # the same calls with the plans in Python
+    python = per_call_us(f)
     plan = next(p for p in plans._PLANS.values() if p.launch.what.endswith(repr(route)))
+    plans._HOST = host
     lp = plan.launch
     launch = per_call_us(lambda: lp.launch(x["q"], x["k"], x["v"], x["g"], x["beta"], None, None, o, s, ws))
     args = type(lp.template).from_buffer_copy(lp.template)
@@ -38,9 +62,12 @@ for route in ("chunk", "direct"):
     stream = torch.cuda.current_stream().cuda_stream
     ref = ctypes.byref(args)
     bare = per_call_us(lambda: lp.kernel(ref, stream))
-    print(f"{route}: us/call whole prefill {whole:.1f}, LaunchPlan.launch {launch:.1f}, bare C launcher {bare:.1f}")
+    torch_replay, bare_replay = replays(f)  # the graph owns ws from here on
+    print(f"{route}: us/call whole prefill {native:.1f} (plans in Python: {python:.1f}), LaunchPlan.launch {launch:.1f}, "
+          f"bare C launcher {bare:.1f}; replay: torch {torch_replay:.2f}, bare cudaGraphLaunch {bare_replay:.2f}")
 tiny = torch.zeros(1, device="cuda")
-print("replay floor us/call: torch CUDAGraph of one tiny kernel %.2f" % replay_us(lambda: tiny.add_(1)))
+print("replay floor us/call, a graph of one tiny kernel: torch %.2f, bare cudaGraphLaunch %.2f" % replays(lambda: tiny.add_(1)))
+ws = KdaWorkspace("cuda")
 f = lambda: prefill(**x, output_final_state=True, out=(o, s), workspace=ws)
 pr = cProfile.Profile(); pr.enable()
 for _ in range(2000): f()

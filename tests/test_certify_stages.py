@@ -81,3 +81,26 @@ def test_build_stage_without_gpu_is_an_error_in_the_worker(tmp_path):
                               quick=False, result=tmp_path / "r.json")  # fmt: skip
     (r,) = worker.run(args)
     assert r["status"] == "error" and "AttributeError" in r["message"]
+
+
+def test_host_module_check_passes_warns_when_unavailable_or_disabled(tmp_path, monkeypatch):
+    import dataclasses
+    from pathlib import Path
+
+    import kdactl.jit.host as host
+    from kdactl.errors import BuildError
+
+    entry = SimpleNamespace(library=Path("/c/libkdactl_host.so"), built=True, build_s=21.5)
+    monkeypatch.setattr(host, "load_host_module", lambda settings, target: (object(), entry))
+    r = stages.host_module_check(ctx(tmp_path))
+    assert (r.check, r.status, r.message) == ("host-module", "pass", "/c/libkdactl_host.so (built in 21.5 s)")
+
+    def fail(settings, target):
+        raise BuildError("nvcc failed for sm_90a: Python.h: No such file")
+
+    monkeypatch.setattr(host, "load_host_module", fail)
+    r = stages.host_module_check(ctx(tmp_path))
+    assert r.status == "warn" and "keep their plans in Python: nvcc failed" in r.message
+    off = StageContext(dataclasses.replace(cf.settings(tmp_path), env={"KDACTL_HOST_MODULE": "0"}), 0, "sm_90a", "H200", False)
+    r = stages.host_module_check(off)
+    assert r.status == "warn" and r.message.startswith("KDACTL_HOST_MODULE=0")

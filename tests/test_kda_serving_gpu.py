@@ -115,3 +115,24 @@ def test_chunk_kda_intermediate_states_and_fp32_inputs():
     o_ref, s_ref, h_ref = kda_recurrent(**x, initial_state=s0, cu_seqlens=cu, device="cuda", checkpoint_every=64)
     _assert_close(o_ref, o, s_ref, s, "chunk_kda fp32")
     assert error_ratio(h_ref, h[0]) <= ERROR_LIMIT
+
+
+def test_repeated_calls_are_served_by_kdactl_host():
+    """On a node installed as the README says, the planned eager path is the C++ one; its planned
+    calls stay correct, and a misaligned call after a plan is still refused by name."""
+    from kdactl.kda import plans
+
+    x, s0, cu = random_inputs(1, 64, 4, lengths=(10, 54), device="cuda", with_state=True)
+    host = cu.cpu()
+    for _ in range(3):
+        o, s = prefill(**x, initial_state=s0, output_final_state=True, cu_seqlens=cu, cu_seqlens_cpu=host)
+    assert plans.host_status().startswith("kdactl_host"), plans.host_status()
+    assert plans._HOST.size() >= 1
+    o_ref, s_ref = kda_recurrent(**x, initial_state=s0, cu_seqlens=cu)
+    _assert_close(o_ref, o, s_ref, s, "planned varlen")
+    with pytest.raises(ValueError, match="cu_seqlens must end at T=64"):
+        prefill(**x, initial_state=s0, output_final_state=True, cu_seqlens=cu, cu_seqlens_cpu=[0, 10, 50])
+    flat = torch.empty(x["q"].numel() + 8, dtype=x["q"].dtype, device="cuda")
+    x["q"] = flat[1 : 1 + x["q"].numel()].view(x["q"].shape)
+    with pytest.raises(ValueError, match="q must be 16-byte aligned"):
+        prefill(**x, initial_state=s0, output_final_state=True, cu_seqlens=cu, cu_seqlens_cpu=host)

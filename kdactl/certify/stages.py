@@ -84,10 +84,15 @@ def error(check: str, message: str, gpu: int | None = None, duration_s: float = 
 
 def build_stage(ctx: StageContext) -> list[CheckResult]:
     """Load (or build) the kernel library for this GPU's target and run the device self-test."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from kdactl.jit.library import load_kernels
     from kdactl.jit.selftest import run_selftest
 
-    kernels = load_kernels(ctx.settings, ctx.target)
+    with ThreadPoolExecutor(1) as pool:  # both builds are nvcc processes: side by side
+        host = pool.submit(host_module_check, ctx)
+        kernels = load_kernels(ctx.settings, ctx.target)
+        host_result = host.result()
     sha = kernels.manifest.get("files", {}).get(kernels.manifest.get("library"), "?")
     how = {"built": f"built in {kernels.build_s:.1f} s", "cache": "from the cache", "aot": "from the AOT bundle"}
     out = [CheckResult("build", "pass", f"{kernels.path} ({how.get(kernels.origin, kernels.origin)}), sha256 {sha}",
@@ -97,7 +102,29 @@ def build_stage(ctx: StageContext) -> list[CheckResult]:
         out.append(CheckResult("selftest", "pass", f"{test.n} values correct", test.duration_s))
     else:
         out.append(CheckResult("selftest", "fail", f"{test.mismatches} of {test.n} values wrong, first {test.first_mismatch}", test.duration_s))
-    return out
+    return [*out, host_result]
+
+
+def host_module_check(ctx: StageContext) -> CheckResult:
+    """kdactl_host, the planned eager path in C++ (built or loaded here, for the suite and payloads
+    after this stage): pass, or warn when eager calls will keep their plans in Python (slower per
+    call, the same results)."""
+    import time
+
+    from kdactl.errors import KdactlError
+    from kdactl.jit.host import DISABLE_ENV, disabled, load_host_module
+
+    if disabled(ctx.settings):
+        return CheckResult("host-module", "warn", f"{DISABLE_ENV}={ctx.settings.env.get(DISABLE_ENV)}: eager calls "
+                                                  "keep their plans in Python")  # fmt: skip
+    start = time.monotonic()
+    try:
+        _, entry = load_host_module(ctx.settings, ctx.target)
+    except (KdactlError, OSError) as err:
+        return CheckResult("host-module", "warn", f"eager calls keep their plans in Python: {err}",
+                           time.monotonic() - start)  # fmt: skip
+    how = f"built in {entry.build_s:.1f} s" if entry.built else "from the cache"
+    return CheckResult("host-module", "pass", f"{entry.library} ({how})", time.monotonic() - start)
 
 
 def suite_stage(ctx: StageContext) -> list[CheckResult]:

@@ -17,6 +17,8 @@ LIBRARY_NAME = "kdactl"
 SO_NAME = "libkdactl.so"
 FAULTS_NAME = "kdactl_faults"  # the sanitizer's positive controls: a library of their own
 FAULTS_DIR = "faults"  # csrc/faults/: never part of the kernel library or its cache key
+HOST_NAME = "kdactl_host"  # the eager prefill's planned path: a CPython extension over torch tensors
+HOST_DIR = "host"  # csrc/host/: its C++ source (not CUDA; the kernel library never includes it)
 
 _HEADER_SUFFIXES = frozenset({".cuh", ".h", ".hpp", ".inc", ".cu"})
 
@@ -46,6 +48,7 @@ class JitSpec:
     ldflags: tuple[str, ...]
     include_dirs: tuple[Path, ...]
     version: str = __version__
+    device_code: bool = True  # False: host C++ only, linked without the target's -gencode
 
     @property
     def so_name(self) -> str:
@@ -56,7 +59,7 @@ class JitSpec:
         return [*self.cflags, *(f"-I{d}" for d in self.include_dirs)]
 
     def link_flags(self) -> list[str]:
-        return [self.target.gencode, *self.ldflags]
+        return [self.target.gencode, *self.ldflags] if self.device_code else list(self.ldflags)
 
     def source_hash(self) -> str:
         """sha256 over file names and contents (sources and headers), flags and kdactl version."""
@@ -124,4 +127,40 @@ def _nvcc_spec(name: str, target: Target, root: Path, sources: tuple, headers: t
         cflags=(target.gencode, f"-D{target.define}", *COMMON_CFLAGS),
         ldflags=LDFLAGS,
         include_dirs=(root,),
+    )
+
+
+def host_module_spec(target: Target, csrc: Path | None = None) -> JitSpec:
+    """kdactl_host (csrc/host/kdactl_host.cpp): a CPython extension built against this process's
+    torch and Python, by the same builder (nvcc hands .cpp files to the host compiler). Their
+    versions are defines and torch's library folder is in the link flags, so that another torch,
+    Python or install is another cache entry."""
+    import sys
+    import sysconfig
+
+    import torch
+
+    if csrc is None:
+        from kdactl.assets import csrc_dir
+
+        csrc = csrc_dir()
+    root = Path(csrc).resolve()
+    source = root / HOST_DIR / f"{HOST_NAME}.cpp"
+    if not source.is_file():
+        raise BuildError(f"no {HOST_NAME} source at {source}")
+    torch_dir = Path(torch.__file__).resolve().parent
+    abi = int(bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)))
+    return JitSpec(
+        name=HOST_NAME,
+        target=target,
+        root=root,
+        sources=(source,),
+        headers=(root / "kdactl_api.h",),
+        cflags=("-O3", "-std=c++20", "-Xcompiler", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+                f"-DKDACTL_TORCH_VERSION={torch.__version__}", f"-DKDACTL_PYTHON={sys.version_info[0]}{sys.version_info[1]}"),  # fmt: skip
+        ldflags=("-shared", "-cudart=none", f"-L{torch_dir / 'lib'}", "-lc10", "-ltorch_cpu", "-ltorch_python",
+                 "-Xlinker", f"-rpath={torch_dir / 'lib'}"),  # fmt: skip
+        include_dirs=(root, torch_dir / "include", torch_dir / "include" / "torch" / "csrc" / "api" / "include",
+                      Path(sysconfig.get_paths()["include"])),  # fmt: skip
+        device_code=False,
     )

@@ -65,21 +65,17 @@ def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_st
     """
     plans = _plans()
     eager = not plans.is_compiling()  # tracing reads no pointers and no device facts
-    key = None
+    planned = None  # (options, tensors) of a call that can be planned
     if eager and checkpoint_every is None and checkpoints is None and checkpoint_dtype is None and (
             cu_seqlens is None or cu_seqlens_cpu is not None):  # fmt: skip
-        options = (scale, bool(output_final_state), route, tuning, fused, bool(state_v_first), workspace is not None,
-                   type(cu_seqlens_cpu))  # fmt: skip
-        tensors = (q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, state_pool, state_indices)
-        key, aligned = plans.call_key(tensors, out, options)
-        plan = plans.lookup(key)
-        if plan is not None and aligned and (
-                cu_seqlens_cpu is None or plans.bounds_ok(cu_seqlens_cpu, cu_seqlens, plan.problem.seqlen)):  # fmt: skip
-            o, final_state = _outputs(out, q, v, plan.problem, output_final_state, check=False)
-            return _run(plan, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, A_log, dt_bias,
-                        state_pool, state_indices, None)  # fmt: skip
-    return _full_call(key, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, cu_seqlens_cpu, route,
-                      workspace, out, tuning, fused, A_log, dt_bias, state_pool, state_indices, state_v_first,
+        planned = ((scale, bool(output_final_state), route, tuning, fused, bool(state_v_first), workspace is not None,
+                    type(cu_seqlens_cpu)),
+                   (q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, state_pool, state_indices))  # fmt: skip
+        result = plans.run(planned[0], out, cu_seqlens_cpu, workspace, planned[1])
+        if result is not None:
+            return result
+    return _full_call(planned, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, cu_seqlens_cpu,
+                      route, workspace, out, tuning, fused, A_log, dt_bias, state_pool, state_indices, state_v_first,
                       checkpoint_every, checkpoints, checkpoint_dtype, eager)  # fmt: skip
 
 
@@ -97,10 +93,10 @@ def _plans():
     return _PLANS_MODULE
 
 
-def _full_call(key, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, cu_seqlens_cpu, route,
+def _full_call(planned, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, cu_seqlens_cpu, route,
                workspace, out, tuning, fused, A_log, dt_bias, state_pool, state_indices, state_v_first,
                checkpoint_every, checkpoints, checkpoint_dtype, eager):  # fmt: skip
-    """Validate everything, decide the route, launch; keep the plan under ``key`` (unless None)."""
+    """Validate everything, decide the route, launch; keep the plan of a ``planned`` call."""
     from kdactl.kda.fused import NONE
     from kdactl.kda.op import UNDECIDED, LaunchPlan, device_info, kda_prefill_
     from kdactl.kda.problem import validate, validate_checkpoints, validate_fused, validate_pool
@@ -125,7 +121,8 @@ def _full_call(key, q, k, v, g, beta, scale, initial_state, output_final_state, 
         checkpoints = validate_checkpoints(checkpoint_every, checkpoints, problem, q.device, cu_seqlens, cu_seqlens_cpu,
                                            dtype=checkpoint_dtype)  # fmt: skip
         problem = dataclasses.replace(problem, checkpoint_every=checkpoint_every)
-    o, final_state = _outputs(out, q, v, problem, output_final_state, eager)
+    plans = _plans()
+    o, final_state = plans.outputs(out, q, v, problem, output_final_state, eager)
     scale = problem.key_dim**-0.5 if scale is None else float(scale)
     if not eager:  # one opaque op in the graph; it decides the route when it runs
         scratch = workspace.buffer if workspace is not None else None
@@ -135,53 +132,10 @@ def _full_call(key, q, k, v, g, beta, scale, initial_state, output_final_state, 
         return o, final_state
     device = device_info(q.device)
     route_id = decide_route(problem, device, route).id  # an ineligible forced route fails here
-    plans = _plans()
     plan = plans.CallPlan(problem, LaunchPlan.of(problem, device, route_id, q, scale, int(tuning), fused, cu_seqlens,
                                                  checkpoints))  # fmt: skip
-    result = _run(plan, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, A_log, dt_bias,
-                  state_pool, state_indices, checkpoints)  # fmt: skip
-    plans.remember(key, plan)  # after a launch that worked
+    tensors = (q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, state_pool, state_indices)
+    result = plans.launch(plan, tensors, o, final_state, workspace, checkpoints)
+    if planned is not None:
+        plans.remember(planned[0], out, planned[1], plan)  # after a launch that worked
     return result
-
-
-def _run(plan, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, A_log, dt_bias, state_pool,
-         state_indices, checkpoints):  # fmt: skip
-    """Launch a planned call on checked inputs and outputs; prefill's return value."""
-    stream = workspace.claim(q.device) if workspace is not None else None
-    if state_pool is not None:
-        initial_state = final_state = state_pool
-    plan.launch.launch(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, A_log, dt_bias,
-                       state_indices, checkpoints, stream)  # fmt: skip
-    return (o, final_state) if checkpoints is None else (o, final_state, checkpoints)
-
-
-def _outputs(out, q, v, problem: KdaProblem, output_final_state: bool, eager: bool = True, check: bool = True):
-    """(o, final_state or None): taken from ``out`` when given (checked, unless ``check`` is off: a
-    planned call's ``out`` has the metadata its plan was validated with), else allocated."""
-    import torch
-
-    o, state = (out if isinstance(out, tuple) else (out, None)) if out is not None else (None, None)
-    if o is None:
-        o = torch.empty(tuple(v.shape), dtype=q.dtype, device=q.device)
-    elif check:
-        _check_out("out[0]" if isinstance(out, tuple) else "out", o, tuple(v.shape), q.dtype, q.device, eager)
-    if not output_final_state:
-        if state is not None:
-            raise ValueError("kdactl.kda.prefill: out gives a final_state buffer but output_final_state=False")
-        return o, None
-    s_shape = (problem.num_seqs, problem.heads, *problem.state_shape)
-    if state is None:
-        state = torch.empty(s_shape, dtype=torch.float32, device=q.device)
-    elif check:
-        _check_out("out[1]", state, s_shape, torch.float32, q.device, eager)
-    return o, state
-
-
-def _check_out(name, x, shape, dtype, device, eager=True):
-    import torch
-
-    if not isinstance(x, torch.Tensor) or x.dtype != dtype or tuple(x.shape) != shape:
-        got = f"{getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))}"
-        raise ValueError(f"kdactl.kda.prefill: {name} must be {dtype} of shape {shape}, got {got}")
-    if x.device != device or not x.is_contiguous() or (eager and x.data_ptr() % 16):
-        raise ValueError(f"kdactl.kda.prefill: {name} must be contiguous, 16-byte aligned, on {device}")

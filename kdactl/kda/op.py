@@ -46,7 +46,7 @@ class LaunchPlan:
     template with the shapes, modes and the route's plan filled in (every pointer NULL), and the
     workspace size. Built once per call shape; ``launch`` fills in the pointers and launches."""
 
-    __slots__ = ("route_id", "kernel", "template", "need", "device_index", "what")
+    __slots__ = ("route_id", "kernel", "address", "template", "need", "device_index", "launches", "what")
 
     def __init__(self, p: KdaProblem, device: DeviceInfo, route_id: int, device_index: int, scale: float,
                  tuning: int = 0, fused: Fused = NONE, cu_seqlens_int32: bool = False, checkpoint_dtype: int = 0):  # fmt: skip
@@ -67,6 +67,8 @@ class LaunchPlan:
         self.need = lib.workspace_bytes(route_id, self.template)  # reads no pointer
         self.template.cu_seqlens = None
         self.kernel = lib.kda_route(ROUTE_TABLE[route_id].name)
+        self.address = ctypes.cast(self.kernel, ctypes.c_void_p).value  # what kdactl_host calls
+        self.launches = _launches()
         self.what = f"KDA prefill route {ROUTE_TABLE[route_id].name!r}"
 
     @classmethod
@@ -105,14 +107,15 @@ class LaunchPlan:
             stream = current_stream_ptr(q.device)
         ref = ctypes.byref(args)
         if self.device_index == torch._C._cuda_getDevice():
-            for _ in range(_launches()):
-                self._check(self.kernel(ref, stream))
+            for _ in range(self.launches):
+                self.check(self.kernel(ref, stream))
         else:
             with torch.cuda.device(self.device_index):
-                for _ in range(_launches()):
-                    self._check(self.kernel(ref, stream))
+                for _ in range(self.launches):
+                    self.check(self.kernel(ref, stream))
 
-    def _check(self, rc: int) -> None:
+    def check(self, rc: int) -> None:
+        """Raise the error the launcher's return code names (kdactl.jit.library.Kernels.check)."""
         if rc:
             kernels().check(rc, self.what)
 

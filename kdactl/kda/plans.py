@@ -7,17 +7,27 @@ host copy of cu_seqlens; a call failing one takes the full path, which raises th
 it. Any other difference is another key, so it too takes the full path, which validates it before
 its plan is kept. Calls whose checks need values on the device (cu_seqlens without its host copy)
 or whose outputs depend on them (checkpoints) always take the full path.
+
+Two tables keep plans with the same rules: kdactl_host (csrc/host/kdactl_host.cpp), which runs a
+planned call in one native step, once a call on the GPU has built or loaded it; and this module's
+dict, where that module cannot be built (or KDACTL_HOST_MODULE=0), and for CPU tensors (tests).
 """
 
 from __future__ import annotations
 
+import ctypes
+import logging
 from typing import Any, Optional
 
 import torch
 
 from kdactl.kda.problem import KdaProblem, check_bounds, host_bounds
 
-MAX_PLANS = 1024  # distinct call shapes kept; more and the table starts over
+log = logging.getLogger("kdactl.kda")
+
+MAX_PLANS = 1024  # distinct call shapes kept; more and the table starts over (kdactl_host: kMaxPlans)
+# The order of the tensors a planned call passes (kdactl_host's Slot enum).
+TENSORS = ("q", "k", "v", "g", "beta", "initial_state", "cu_seqlens", "A_log", "dt_bias", "state_pool", "state_indices")
 
 
 class CallPlan:
@@ -38,9 +48,85 @@ def is_compiling() -> bool:
     return torch.compiler.is_compiling()
 
 
+def run(options: tuple, out, cu_seqlens_cpu, workspace, tensors: tuple):
+    """A planned call's result, launched; None when it has no plan or fails a per-call check."""
+    if _HOST is not None:
+        result = _HOST.run(options, out, cu_seqlens_cpu, workspace, tensors)
+        if result.__class__ is list:  # [rc, LaunchPlan]: the launcher refused
+            result[1].check(result[0])
+        return result
+    key, aligned = call_key(tensors, out, options)
+    plan = lookup(key)
+    if plan is None or not aligned or (cu_seqlens_cpu is not None
+                                       and not bounds_ok(cu_seqlens_cpu, tensors[6], plan.problem.seqlen)):  # fmt: skip
+        return None
+    o, final_state = outputs(out, tensors[0], tensors[2], plan.problem, options[1], check=False)
+    return launch(plan, tensors, o, final_state, workspace, None)
+
+
+def remember(options: tuple, out, tensors: tuple, plan: CallPlan) -> None:
+    """Keep the plan of a call that the full path validated and launched."""
+    if _HOST is None and not _DECIDED and tensors[0].is_cuda:
+        _choose_table()
+    if _HOST is not None:
+        lp, p = plan.launch, plan.problem
+        state_shape = (p.num_seqs, p.heads, *p.state_shape) if options[1] else ()
+        _HOST.remember(options, out, tensors, bytes(lp.template), lp.address, lp.need, lp.device_index, lp.launches,
+                       p.seqlen, state_shape, lp)  # fmt: skip
+        return
+    key, _ = call_key(tensors, out, options)
+    if key is None:
+        return
+    if len(_PLANS) >= MAX_PLANS:
+        _PLANS.clear()
+    try:
+        _PLANS[key] = plan
+    except TypeError:  # an unhashable option: never planned
+        pass
+
+
+def launch(plan: CallPlan, tensors: tuple, o, final_state, workspace, checkpoints):
+    """Launch a call on checked inputs and outputs; prefill's return value."""
+    q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, state_pool, state_indices = tensors
+    stream = workspace.claim(q.device) if workspace is not None else None
+    if state_pool is not None:
+        initial_state = final_state = state_pool
+    plan.launch.launch(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, A_log, dt_bias,
+                       state_indices, checkpoints, stream)  # fmt: skip
+    return (o, final_state) if checkpoints is None else (o, final_state, checkpoints)
+
+
+def outputs(out, q, v, problem: KdaProblem, output_final_state: bool, eager: bool = True, check: bool = True):
+    """(o, final_state or None): taken from ``out`` when given (checked, unless ``check`` is off: a
+    planned call's ``out`` has the metadata its plan was validated with), else allocated."""
+    o, state = (out if isinstance(out, tuple) else (out, None)) if out is not None else (None, None)
+    if o is None:
+        o = torch.empty(tuple(v.shape), dtype=q.dtype, device=q.device)
+    elif check:
+        _check_out("out[0]" if isinstance(out, tuple) else "out", o, tuple(v.shape), q.dtype, q.device, eager)
+    if not output_final_state:
+        if state is not None:
+            raise ValueError("kdactl.kda.prefill: out gives a final_state buffer but output_final_state=False")
+        return o, None
+    s_shape = (problem.num_seqs, problem.heads, *problem.state_shape)
+    if state is None:
+        state = torch.empty(s_shape, dtype=torch.float32, device=q.device)
+    elif check:
+        _check_out("out[1]", state, s_shape, torch.float32, q.device, eager)
+    return o, state
+
+
+def _check_out(name, x, shape, dtype, device, eager=True):
+    if not isinstance(x, torch.Tensor) or x.dtype != dtype or tuple(x.shape) != shape:
+        got = f"{getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))}"
+        raise ValueError(f"kdactl.kda.prefill: {name} must be {dtype} of shape {shape}, got {got}")
+    if x.device != device or not x.is_contiguous() or (eager and x.data_ptr() % 16):
+        raise ValueError(f"kdactl.kda.prefill: {name} must be contiguous, 16-byte aligned, on {device}")
+
+
 def call_key(tensors: tuple, out: Any, options: tuple) -> tuple[Optional[tuple], bool]:
     """(key, aligned): the key of a call, from every tensor's shape, dtype, device and contiguity
-    (``tensors`` in a fixed order, then ``out``'s) and the ``options``; None when the call cannot be
+    (``tensors`` in TENSORS order, then ``out``'s) and the ``options``; None when the call cannot be
     planned (an argument that is not a tensor). ``aligned``: every pointer is 16-byte aligned. One
     flat loop: this runs on every call."""
     outs = out if type(out) is tuple else (out,)
@@ -67,19 +153,10 @@ def lookup(key: Optional[tuple]) -> Optional[CallPlan]:
         return None
 
 
-def remember(key: Optional[tuple], plan: CallPlan) -> None:
-    if key is None:
-        return
-    if len(_PLANS) >= MAX_PLANS:
-        _PLANS.clear()
-    try:
-        _PLANS[key] = plan
-    except TypeError:
-        pass
-
-
 def forget_all() -> None:
     _PLANS.clear()
+    if _HOST is not None:
+        _HOST.forget_all()
 
 
 def bounds_ok(cu_seqlens_cpu, cu_seqlens, seqlen: int) -> bool:
@@ -90,3 +167,38 @@ def bounds_ok(cu_seqlens_cpu, cu_seqlens, seqlen: int) -> bool:
     except ValueError:
         return False
     return True
+
+
+_HOST = None  # kdactl_host once chosen
+_DECIDED = False
+_STATUS = "python: no call on the GPU yet"
+
+
+def host_status() -> str:
+    """Which table keeps the plans, and why: "kdactl_host (built|cache)" or "python: <reason>"."""
+    return _STATUS
+
+
+def _choose_table() -> None:
+    """kdactl_host when it builds or loads, else this module's dict (a warning says why)."""
+    global _HOST, _DECIDED, _STATUS
+    from kdactl.errors import KdactlError
+    from kdactl.jit.host import DISABLE_ENV, disabled, load_host_module
+    from kdactl.kda.op import kernels
+    from kdactl.settings import Settings
+
+    _DECIDED = True
+    settings = Settings.from_env()
+    if disabled(settings):
+        _STATUS = f"python: {DISABLE_ENV}={settings.env.get(DISABLE_ENV)}"
+        return
+    lib = kernels()
+    try:
+        module, entry = load_host_module(settings, lib.target)
+    except (KdactlError, OSError) as err:
+        _STATUS = f"python: kdactl_host unavailable: {err}"
+        log.warning("kdactl: eager prefill plans stay in Python (%s)", err)
+        return
+    capture_id = ctypes.cast(lib.lib.kdactl_stream_capture_id, ctypes.c_void_p).value
+    module.configure(torch._C._cuda_getCurrentRawStream, torch._C._cuda_getDevice, capture_id)
+    _HOST, _STATUS = module, f"kdactl_host ({'built' if entry.built else 'cache'})"

@@ -1,0 +1,217 @@
+"""kdactl_host (csrc/host/kdactl_host.cpp), built with the real nvcc against this torch and driven on
+CPU tensors with a fake launcher: a planned call fills KdaArgs' pointers from its own tensors and
+launches; every metadata or option change, misaligned pointer, bad host bound, other device, or
+workspace not yet bound to this stream misses (the Python full path then decides and raises)."""
+
+import ctypes
+
+import pytest
+import torch
+
+from kdactl.jit.library import KdaArgs
+from kdactl.settings import Settings
+
+pytestmark = pytest.mark.nvcc
+
+LAUNCHER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(KdaArgs), ctypes.c_void_p)
+CAPTURE_ID = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_ulonglong))
+STREAM = 0x7700
+OPTIONS = (None, True, "auto", 0, None, False, False, type(None))
+
+
+@pytest.fixture(scope="module")
+def module(tmp_path_factory):
+    from kdactl.jit.host import load_host_module
+
+    root = tmp_path_factory.mktemp("host")
+    (root / "cache").mkdir(mode=0o700)
+    module, entry = load_host_module(Settings(cache_dir=root / "cache", data_dir=root / "data"), "sm_90a")
+    assert entry.built
+    assert not load_host_module(Settings(cache_dir=root / "cache", data_dir=root / "data"), "sm_90a")[1].built
+    return module
+
+
+class Fake:
+    """The accessors configure takes, and a launcher that records what it was given."""
+
+    def __init__(self, module, rc=0):
+        self.device, self.capture, self.rc, self.calls = 0, 0, rc, []
+        self.launcher = LAUNCHER(self._launch)
+        self.capture_fn = CAPTURE_ID(self._capture)
+        module.configure(lambda index: STREAM + index, lambda: self.device, self.address(self.capture_fn))
+
+    @staticmethod
+    def address(fn) -> int:
+        return ctypes.cast(fn, ctypes.c_void_p).value
+
+    def _launch(self, args, stream):
+        a = args.contents
+        self.calls.append(dict(q=a.q, k=a.k, v=a.v, g=a.g, beta=a.beta, initial_state=a.initial_state, o=a.o,
+                               final_state=a.final_state, cu_seqlens=a.cu_seqlens, workspace=a.workspace,
+                               workspace_bytes=a.workspace_bytes, heads=a.heads, stream=stream))  # fmt: skip
+        return self.rc
+
+    def _capture(self, stream, out):
+        out[0] = self.capture
+        return 0
+
+
+def tensors(T=64, H=4, D=128, **change):
+    x = dict(q=torch.randn(1, T, H, D), k=torch.randn(1, T, H, D), v=torch.randn(1, T, H, D),
+             g=torch.randn(1, T, H, D), beta=torch.randn(1, T, H), initial_state=None, cu_seqlens=None, A_log=None,
+             dt_bias=None, state_pool=None, state_indices=None)  # fmt: skip
+    x.update(change)
+    return tuple(x.values())
+
+
+def remember(module, fake, t, out=None, options=OPTIONS, need=0, state_shape=(1, 4, 128, 128), seqlen=64, plan="LP"):
+    template = KdaArgs(heads=4, key_dim=128, value_dim=128)
+    assert module.remember(options, out, t, bytes(template), fake.address(fake.launcher), need, 0, 1, seqlen,
+                           state_shape, plan)  # fmt: skip
+
+
+def test_a_planned_call_launches_with_its_own_pointers_and_fresh_outputs(module):
+    fake = Fake(module)
+    t = tensors()
+    assert module.run(OPTIONS, None, None, None, t) is None  # nothing planned yet
+    remember(module, fake, t)
+    u = tensors()  # other tensors, same metadata
+    o, state = module.run(OPTIONS, None, None, None, u)
+    assert o.shape == u[2].shape and o.dtype == u[0].dtype and state.shape == (1, 4, 128, 128)
+    assert state.dtype == torch.float32
+    call = fake.calls[-1]
+    assert [call[n] for n in ("q", "k", "v", "g", "beta")] == [x.data_ptr() for x in u[:5]]
+    assert call["o"] == o.data_ptr() and call["final_state"] == state.data_ptr() and call["initial_state"] is None
+    assert call["heads"] == 4 and call["stream"] == STREAM and module.size() == 1
+
+
+def test_given_outputs_and_the_state_pool_are_returned_as_given(module):
+    fake = Fake(module)
+    o, s = torch.empty(1, 64, 4, 128), torch.empty(1, 4, 128, 128)
+    t = tensors()
+    remember(module, fake, t, out=(o, s))
+    got = module.run(OPTIONS, (o, s), None, None, t)
+    assert got[0] is o and got[1] is s and fake.calls[-1]["final_state"] == s.data_ptr()
+    pool, idx = torch.zeros(3, 4, 128, 128), torch.tensor([2], dtype=torch.int32)
+    options = (None, False, "auto", 0, None, False, False, type(None))
+    t = tensors(state_pool=pool, state_indices=idx)
+    remember(module, fake, t, options=options, state_shape=())
+    got = module.run(options, None, None, None, t)
+    assert got[1] is pool and fake.calls[-1]["initial_state"] == fake.calls[-1]["final_state"] == pool.data_ptr()
+
+
+@pytest.mark.parametrize("change", [
+    dict(g=torch.randn(1, 64, 4, 128).to(torch.bfloat16)),
+    dict(q=torch.randn(1, 32, 4, 128)),
+    dict(q=torch.randn(1, 64, 128, 4).transpose(2, 3)),  # same shape, not contiguous
+    dict(q=torch.nn.Parameter(torch.randn(1, 64, 4, 128), requires_grad=False)),  # not exactly a Tensor
+    dict(initial_state=torch.zeros(1, 4, 128, 128)),
+])  # fmt: skip
+def test_any_other_metadata_misses(module, change):
+    fake = Fake(module)
+    remember(module, fake, tensors())
+    assert module.run(OPTIONS, None, None, None, tensors(**change)) is None and not fake.calls
+
+
+def test_other_options_or_out_miss(module):
+    fake = Fake(module)
+    t = tensors()
+    remember(module, fake, t)
+    assert module.run((0.5, *OPTIONS[1:]), None, None, None, t) is None
+    assert module.run(OPTIONS, torch.empty(1, 64, 4, 128), None, None, t) is None
+    assert not fake.calls
+
+
+def test_a_misaligned_pointer_misses(module):
+    fake = Fake(module)
+    remember(module, fake, tensors())
+    flat = torch.empty(64 * 4 * 128 + 8)
+    q = flat[1 : 1 + 64 * 4 * 128].view(1, 64, 4, 128)  # contiguous, 4 bytes off
+    assert module.run(OPTIONS, None, None, None, tensors(q=q)) is None and not fake.calls
+
+
+def test_another_current_device_misses(module):
+    fake = Fake(module)
+    t = tensors()
+    remember(module, fake, t)
+    fake.device = 1
+    assert module.run(OPTIONS, None, None, None, t) is None and not fake.calls
+
+
+@pytest.mark.parametrize("bounds, planned", [
+    ([0, 10, 64], True), ((0, 64, 64), True), (torch.tensor([0, 30, 64]), True),
+    (torch.tensor([0, 30, 64], dtype=torch.int32), True),
+    ([0, 70, 64], False), ([1, 10, 64], False), ([0, 10, 63], False), ([0, 64], False), ([0, True, 64], False),
+    ([0, 10.0, 64], False), (torch.tensor([0.0, 10.0, 64.0]), False), (torch.tensor([[0, 10, 64]]), False),
+])  # fmt: skip
+def test_varlen_calls_check_the_host_bounds(module, bounds, planned):
+    fake = Fake(module)
+    cu = torch.tensor([0, 10, 64])
+    options = (*OPTIONS[:-1], type(bounds))
+    t = tensors(cu_seqlens=cu)
+    remember(module, fake, t, options=options, state_shape=(2, 4, 128, 128))
+    got = module.run(options, None, bounds, None, t)
+    assert (got is not None) == planned and len(fake.calls) == int(planned)
+    if planned:
+        assert fake.calls[0]["cu_seqlens"] == cu.data_ptr() and got[1].shape == (2, 4, 128, 128)
+
+
+class Workspace:
+    def __init__(self, stream=None, capture_id=None, buffer=None, device=torch.device("cuda", 0)):
+        self.stream, self.capture_id, self.buffer, self.device = stream, capture_id, buffer, device
+
+
+@pytest.mark.parametrize("ws, capture, planned", [
+    (Workspace(stream=STREAM, buffer=torch.empty(4096, dtype=torch.uint8)), 0, True),
+    (Workspace(capture_id=5, buffer=torch.empty(4096, dtype=torch.uint8)), 5, True),
+    (Workspace(buffer=torch.empty(4096, dtype=torch.uint8)), 0, False),  # unbound: the Python claim binds it
+    (Workspace(stream=0x1234, buffer=torch.empty(4096, dtype=torch.uint8)), 0, False),  # another stream
+    (Workspace(stream=STREAM, buffer=torch.empty(4096, dtype=torch.uint8)), 5, False),  # a capture to bind
+    (Workspace(capture_id=5, buffer=torch.empty(4096, dtype=torch.uint8)), 0, False),  # owned by a graph
+    (Workspace(capture_id=5, buffer=torch.empty(4096, dtype=torch.uint8)), 6, False),  # another capture
+    (Workspace(stream=STREAM, buffer=torch.empty(100, dtype=torch.uint8)), 0, False),  # to grow
+    (Workspace(stream=STREAM), 0, False),
+    (Workspace(stream=STREAM, buffer=torch.empty(4096, dtype=torch.uint8), device=torch.device("cuda", 1)), 0, False),
+])  # fmt: skip
+def test_a_workspace_is_used_only_once_bound_to_this_stream_or_capture(module, ws, capture, planned):
+    fake = Fake(module)
+    fake.capture = capture
+    options = (*OPTIONS[:6], True, OPTIONS[7])
+    t = tensors()
+    remember(module, fake, t, options=options, need=4000)
+    got = module.run(options, None, None, ws, t)
+    assert (got is not None) == planned
+    if planned:
+        assert fake.calls[0]["workspace"] == ws.buffer.data_ptr() and fake.calls[0]["workspace_bytes"] == 4096
+
+
+def test_without_a_workspace_the_scratch_is_allocated(module):
+    fake = Fake(module)
+    t = tensors()
+    remember(module, fake, t, need=4000)
+    module.run(OPTIONS, None, None, None, t)
+    assert fake.calls[0]["workspace"] and fake.calls[0]["workspace_bytes"] == 4000
+
+
+def test_a_launcher_error_returns_its_code_and_the_plan(module):
+    fake = Fake(module, rc=10106)
+    t = tensors()
+    remember(module, fake, t, plan="the launch plan")
+    assert module.run(OPTIONS, None, None, None, t) == [10106, "the launch plan"]
+
+
+def test_the_table_is_bounded_and_configure_forgets(module):
+    fake = Fake(module)
+    t = tensors()
+    for i in range(1025):
+        remember(module, fake, t, options=(float(i), *OPTIONS[1:]))
+    assert module.size() == 1  # full at the 1025th: started over
+    Fake(module)
+    assert module.size() == 0
+
+
+def test_a_template_of_another_size_is_refused(module):
+    fake = Fake(module)
+    with pytest.raises(TypeError, match="KdaArgs bytes"):
+        module.remember(OPTIONS, None, tensors(), b"\0" * 8, fake.address(fake.launcher), 0, 0, 1, 64, (), "LP")
+    assert module.args_size() == ctypes.sizeof(KdaArgs)
