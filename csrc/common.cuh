@@ -51,8 +51,9 @@ int kdactl_device_facts(int* sms, int* smem_optin);
 int kdactl_set_smem_once(const void* func, int bytes);
 
 // Every route launcher's first step: the bounds all routes share, then, unless the batch is empty,
-// the device check and the device's SM count. 0 with *sms == 0 means an empty batch (nothing to do).
-static inline int kdactl_launch_prologue(const kdactl_kda_args* a, int* sms) {
+// the device check, the device's SM count and opt-in shared memory per block (`smem_optin` may be
+// NULL). 0 with *sms == 0 means an empty batch (nothing to do).
+static inline int kdactl_launch_prologue(const kdactl_kda_args* a, int* sms, int* smem_optin = nullptr) {
   *sms = 0;
   if (a == nullptr) return KDACTL_ERR_BAD_ARGS;
   if (a->batch < 0 || a->batch > KDACTL_MAX_GRID_DIM) return KDACTL_ERR_BAD_BATCH;
@@ -72,7 +73,7 @@ static inline int kdactl_launch_prologue(const kdactl_kda_args* a, int* sms) {
     return KDACTL_ERR_BAD_CHECKPOINTS;
   if (a->batch == 0) return 0;
   int optin = 0;
-  return kdactl_device_facts(sms, &optin);
+  return kdactl_device_facts(sms, smem_optin ? smem_optin : &optin);
 }
 
 // Every route's workspace size (0 when it needs none, or for a shape it has no kernel for), defined

@@ -93,9 +93,14 @@ __device__ __forceinline__ int64_t state_slot(const kdactl_kda_args& a, int64_t 
   return a.state_indices ? static_cast<int64_t>(a.state_indices[n]) : n;
 }
 
-// Offset of element (key, col) in one head's state: [K][V], or [V][K] when v_first.
+// Offset of element (key, col) in one head's state: [K][V], or [V][K] when v_first (a kernel with
+// compile-time K and V passes them, and the offset folds to constants).
+__device__ __forceinline__ int64_t state_offset(bool v_first, int key, int col, int key_dim, int value_dim) {
+  return v_first ? static_cast<int64_t>(col) * key_dim + key : static_cast<int64_t>(key) * value_dim + col;
+}
+
 __device__ __forceinline__ int64_t state_at(const kdactl_kda_args& a, bool v_first, int key, int col) {
-  return v_first ? static_cast<int64_t>(col) * a.key_dim + key : static_cast<int64_t>(key) * a.value_dim + col;
+  return state_offset(v_first, key, col, a.key_dim, a.value_dim);
 }
 
 // The first checkpoint row of sequence n (kdactl_kda_args.checkpoints): the checkpoints of the

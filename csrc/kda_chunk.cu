@@ -33,13 +33,12 @@ uint64_t kdactl_chunk_workspace_bytes(const kdactl_kda_args& a) {
 }
 
 extern "C" int kdactl_kda_chunk(const kdactl_kda_args* args, void* stream) {
-  int sms = 0;
-  if (int rc = kdactl_launch_prologue(args, &sms)) return rc;
+  int sms = 0, optin = 0;
+  if (int rc = kdactl_launch_prologue(args, &sms, &optin)) return rc;
   const kdactl_kda_args& a = *args;
   if (int rc = head_error(a)) return rc;
   if (sms == 0) return 0;
   auto s = static_cast<cudaStream_t>(stream);
   const RecurShape rs = pick_recur(a, a.value_dim, sms);
-  const int optin = smem_optin();
   return a.key_dim == 64 ? launch<64, 64>(a, rs, optin, s) : launch<128, 128>(a, rs, optin, s);
 }

@@ -371,7 +371,7 @@ __global__ void __launch_bounds__(WARPS * 32)
   const int64_t state_base = (slot * H + h) * K * V;
   const int vcol = v_cta + vw + g;
   // The caller's states are [K][V] or V-first [V][K]; small_bh's own segment states are [K][V].
-  auto at = [](bool v_first, int key, int col) { return v_first ? col * K + key : key * V + col; };
+  auto at = [](bool v_first, int key, int col) { return state_offset(v_first, key, col, K, V); };
   const float* s0 = a.initial_state && slot >= 0 ? a.initial_state + state_base : nullptr;
   bool s0_v_first = a.state_v_first;
   if (PASS == Pass::kReduce && p > 0) s0 = nullptr;

@@ -97,10 +97,5 @@ inline RecurShape tuned(RecurShape rs, int tuning) {
   return rs;
 }
 
-inline int smem_optin() {
-  int sms = 0, bytes = 0;
-  return kdactl_device_facts(&sms, &bytes) == 0 ? bytes : 0;
-}
-
 }  // namespace chunk
 }  // namespace kdactl

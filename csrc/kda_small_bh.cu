@@ -153,13 +153,12 @@ uint64_t kdactl_small_bh_workspace_bytes(const kdactl_kda_args& a) {
 }
 
 extern "C" int kdactl_kda_small_bh(const kdactl_kda_args* args, void* stream) {
-  int sms = 0;
-  if (int rc = kdactl_launch_prologue(args, &sms)) return rc;
+  int sms = 0, optin = 0;
+  if (int rc = kdactl_launch_prologue(args, &sms, &optin)) return rc;
   const kdactl_kda_args& a = *args;
   if (int rc = argument_error(a)) return rc;
   if (sms == 0) return 0;
   if (segment_count(a) < 1) return KDACTL_ERR_BAD_SEQLEN;  // T = 0: the plan never sends it here
   auto s = static_cast<cudaStream_t>(stream);
-  const int optin = smem_optin();
   return a.key_dim == 64 ? launch<64, 64>(a, optin, s) : launch<128, 128>(a, optin, s);
 }

@@ -79,6 +79,9 @@ class FakeHarness:
         self.events.append(f"time:{name}")
         return self.times[name] + self.jitter(name, i)
 
+    def host_context(self):
+        return {"replay_floor_us": 1.0, "plans": "kdactl_host (cache)"}
+
     def host_cost(self, fn):
         """--host: the real host_cost over a fake clock that advances host_us[name] per call."""
         from kdactl.bench.host import host_cost

@@ -72,6 +72,8 @@ def test_host_mode_defaults_to_the_small_shapes_and_reports_both_figures_side_by
     r.render(console)
     text = console.export_text()
     assert "CPU us per call" in text and "of 20 calls issued back to back" in text and "bench: pass" in text
+    assert "replay floor on this node (torch CUDA graph of one tiny kernel) 1.0 us" in text
+    assert "plans kept by kdactl_host (cache)" in text and doc["info"]["replay_floor_us"] == 1.0
 
 
 def test_host_mode_still_checks_first_and_never_measures_a_wrong_kernel():

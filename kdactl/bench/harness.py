@@ -103,6 +103,21 @@ class TorchHarness:
 
         return host_cost(fn, lambda: torch.cuda.synchronize(self.device), time.perf_counter, self._capture)
 
+    def host_context(self) -> dict[str, Any]:
+        """What bounds the --host figures on this node: the replay of a CUDA graph of one tiny kernel
+        (no candidate's replay can cost less through torch), and which table kept kdactl's plans."""
+        import time
+
+        import torch
+
+        from kdactl.bench.host import per_call_us
+        from kdactl.kda import plans
+
+        tiny = torch.zeros(1, device=self.device)
+        replay = self._capture(lambda: tiny.add_(1))
+        floor = per_call_us(replay, lambda: torch.cuda.synchronize(self.device), time.perf_counter)
+        return {"replay_floor_us": round(floor, 3), "plans": plans.host_status()}
+
     def _capture(self, fn: Callable[[], Any]) -> Callable[[], Any]:
         """``fn`` captured in a CUDA graph, after the eager calls host_cost made on this stream (a
         workspace is bound to the stream that first used it: no side-stream warmup); the graph

@@ -104,4 +104,6 @@ class Harness(Protocol):
 
     def host_cost(self, fn: Callable[[], Any]) -> HostCost: ...  # --host: CPU us per call, eager and replayed
 
+    def host_context(self) -> dict[str, Any]: ...  # --host, after the runs: replay_floor_us, plans
+
     def release(self) -> None: ...  # drop the shape's tensors

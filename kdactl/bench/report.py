@@ -138,8 +138,9 @@ class BenchReport:
             return (f"GPU {i.get('gpu')} (sku {i.get('sku')}, target {i.get('kernel_target')}); CPU time per call of "
                     f"{calls} calls issued back to back (device synchronized before and after, outside the span), "
                     f"median of {repeats} repeats; replay: the call captured once in a CUDA graph; each candidate "
-                    f"checked against the reference first; {self.warmup} warmup calls; torch {i.get('torch')}, "
-                    f"fla {i.get('fla')}")  # fmt: skip
+                    f"checked against the reference first; {self.warmup} warmup calls; replay floor on this node "
+                    f"(torch CUDA graph of one tiny kernel) {i.get('replay_floor_us')} us; kdactl's plans kept by "
+                    f"{i.get('plans')}; torch {i.get('torch')}, fla {i.get('fla')}")  # fmt: skip
         return (f"GPU {i.get('gpu')} (sku {i.get('sku')}, target {i.get('kernel_target')}); timer {i.get('timer')}"
                 f" ({i.get('timer_note')}); cold L2: {int(i.get('flush_bytes') or 0) >> 20} MiB zeroed before every "
                 f"iteration, outside the timed span; {self.warmup} warmup calls; {self.plan.iterations} timed "

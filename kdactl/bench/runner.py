@@ -131,6 +131,8 @@ def run_bench(settings: Settings, options: BenchOptions, harness_factory: Callab
             for shape in req.shapes:
                 runs.append(run_shape(harness, shape, req, prog))
                 prog.advance()
+            if options.host:
+                info.update(harness.host_context())
     finally:
         prog.close()
         if harness is not None:
