@@ -50,7 +50,7 @@ def is_compiling() -> bool:
 
 def run(options: tuple, out, cu_seqlens_cpu, workspace, tensors: tuple):
     """A planned call's result, launched; None when it has no plan or fails a per-call check."""
-    if _HOST is not None:
+    if _HOST is not None and tensors[0].is_cuda:  # CPU tensors (tests, beside GPU ones): the dict
         result = _HOST.run(options, out, cu_seqlens_cpu, workspace, tensors)
         if result.__class__ is list:  # [rc, LaunchPlan]: the launcher refused
             result[1].check(result[0])
@@ -68,7 +68,7 @@ def remember(options: tuple, out, tensors: tuple, plan: CallPlan) -> None:
     """Keep the plan of a call that the full path validated and launched."""
     if _HOST is None and not _DECIDED and tensors[0].is_cuda:
         _choose_table()
-    if _HOST is not None:
+    if _HOST is not None and tensors[0].is_cuda:
         lp, p = plan.launch, plan.problem
         state_shape = (p.num_seqs, p.heads, *p.state_shape) if options[1] else ()
         _HOST.remember(options, out, tensors, bytes(lp.template), lp.address, lp.need, lp.device_index, lp.launches,
