@@ -18,11 +18,15 @@ RecurShape pick_recur(const kdactl_kda_args& a, int V, int sm_count) {
   return tuned({warps, ctas <= sm_count ? 8 : 4}, a.tuning);
 }
 
+// Varlen CTAs that outnumber the SMs wait for one; the longest sequences' go first (measured at the
+// serving varlen shape, 1152 CTAs: lengths in either order time alike). Fewer all start at once.
 template <int K, int V>
-int launch(const kdactl_kda_args& a, RecurShape rs, int optin, cudaStream_t stream) {
+int launch(const kdactl_kda_args& a, RecurShape rs, int sms, int optin, cudaStream_t stream) {
   if (a.workspace == nullptr || a.workspace_bytes < blocks_bytes<K, V>(a)) return KDACTL_ERR_BAD_WORKSPACE;
   if (int rc = launch_prepare<K, V>(a, stream)) return rc;
-  return launch_pass<K, V, Pass::kWhole>(a, Segments{}, a.batch, rs, optin, stream);
+  Segments whole;
+  whole.longest_first = a.cu_seqlens != nullptr && a.batch * a.heads * (V / (16 * rs.warps)) > sms;
+  return launch_pass<K, V, Pass::kWhole>(a, whole, a.batch, rs, optin, stream);
 }
 
 }  // namespace
@@ -40,5 +44,5 @@ extern "C" int kdactl_kda_chunk(const kdactl_kda_args* args, void* stream) {
   if (sms == 0) return 0;
   auto s = static_cast<cudaStream_t>(stream);
   const RecurShape rs = pick_recur(a, a.value_dim, sms);
-  return a.key_dim == 64 ? launch<64, 64>(a, rs, optin, s) : launch<128, 128>(a, rs, optin, s);
+  return a.key_dim == 64 ? launch<64, 64>(a, rs, sms, optin, s) : launch<128, 128>(a, rs, sms, optin, s);
 }

@@ -266,7 +266,17 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
   a_frags(sm.M, am, 1.f);
   a_frags(sm.PM, apm, -1.f);
 
-  // W = M' (K e^G) and Q' = scale Q e^G - PM (K e^G), one key n-tile at a time.
+  // W = M' (K e^G) and Q' = scale Q e^G - PM (K e^G), one key n-tile at a time. The products are
+  // staged in shared memory where their inputs were, each n-tile overwriting only what its own loads
+  // read (-W in k's place, Q' in q's, U0 in v's, O0 in G's, free once W and Q' are), and leave in
+  // 16-byte pieces of whole rows: stored from the mma layout, each 4-byte store touched 8 rows (the
+  // pass was bound by L1 throughput; staged, 10 % faster on the serving shapes, csrc/PERF.md).
+  bf16(*w_st)[Sm::KP] = reinterpret_cast<bf16(*)[Sm::KP]>(&sm.k[0][0]);
+  bf16(*q_st)[Sm::KP] = reinterpret_cast<bf16(*)[Sm::KP]>(&sm.q[0][0]);
+  bf16(*u_st)[Sm::VP] = reinterpret_cast<bf16(*)[Sm::VP]>(&sm.v[0][0]);
+  bf16(*o_st)[Sm::VP] = reinterpret_cast<bf16(*)[Sm::VP]>(&sm.G[0][0]);
+  static_assert(sizeof(sm.G) >= sizeof(bf16) * C * Sm::VP, "O0 fits where G was");
+  auto put = [](bf16* row, int c, uint32_t pair) { *reinterpret_cast<uint32_t*>(row + c) = pair; };
 #pragma unroll 2
   for (int nt = 0; nt < K / 8; ++nt) {
     const int col = 8 * nt + g, c0 = 8 * nt + 2 * t;
@@ -287,11 +297,13 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
       mma_tf32(w, am[ks], b0, b1);
       mma_tf32(qp, apm[ks], b0, b1);
     }
-    *reinterpret_cast<uint32_t*>(w_out + g * K + c0) = pack_bf16(-w[0], -w[1]);
-    *reinterpret_cast<uint32_t*>(w_out + (g + 8) * K + c0) = pack_bf16(-w[2], -w[3]);
-    *reinterpret_cast<uint32_t*>(q_out + g * K + c0) = pack_bf16(qp[0], qp[1]);
-    *reinterpret_cast<uint32_t*>(q_out + (g + 8) * K + c0) = pack_bf16(qp[2], qp[3]);
+    __syncwarp();  // every lane's reads of this tile are done
+    put(w_st[g], c0, pack_bf16(-w[0], -w[1]));
+    put(w_st[g + 8], c0, pack_bf16(-w[2], -w[3]));
+    put(q_st[g], c0, pack_bf16(qp[0], qp[1]));
+    put(q_st[g + 8], c0, pack_bf16(qp[2], qp[3]));
   }
+  __syncwarp();  // G is read no more
   // U0 = M' V and O0 = PM V.
 #pragma unroll 2
   for (int nt = 0; nt < V / 8; ++nt) {
@@ -303,11 +315,24 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
       mma_tf32(u, am[ks], b0, b1);
       mma_tf32(o, apm[ks], b0, b1);  // -PM V
     }
-    *reinterpret_cast<uint32_t*>(u0_out + g * V + c0) = pack_bf16(u[0], u[1]);
-    *reinterpret_cast<uint32_t*>(u0_out + (g + 8) * V + c0) = pack_bf16(u[2], u[3]);
-    *reinterpret_cast<uint32_t*>(o0_out + g * V + c0) = pack_bf16(-o[0], -o[1]);
-    *reinterpret_cast<uint32_t*>(o0_out + (g + 8) * V + c0) = pack_bf16(-o[2], -o[3]);
+    __syncwarp();
+    put(u_st[g], c0, pack_bf16(u[0], u[1]));
+    put(u_st[g + 8], c0, pack_bf16(u[2], u[3]));
+    put(o_st[g], c0, pack_bf16(-o[0], -o[1]));
+    put(o_st[g + 8], c0, pack_bf16(-o[2], -o[3]));
   }
+  __syncwarp();
+  // The four tiles out, 16 bytes a lane: each row is K (or V) values back to back in the block.
+  auto copy_out = [&](bf16* out, const bf16* st, int cols, int pitch) {
+    for (int i = lane; i < C * (cols / 8); i += 32) {
+      const int r = i / (cols / 8), j = i % (cols / 8);
+      *reinterpret_cast<uint4*>(out + r * cols + j * 8) = *reinterpret_cast<const uint4*>(st + r * pitch + j * 8);
+    }
+  };
+  copy_out(w_out, &w_st[0][0], K, Sm::KP);
+  copy_out(q_out, &q_st[0][0], K, Sm::KP);
+  copy_out(u0_out, &u_st[0][0], V, Sm::VP);
+  copy_out(o0_out, &o_st[0][0], V, Sm::VP);
 #endif
 }
 
@@ -327,6 +352,7 @@ struct Segments {
   int count = 1;          // segments per sequence
   float* ends = nullptr;  // [N][count][H][K][V]: E, overwritten by the stitch with the next start state
   float* maps = nullptr;  // [N][count][H][K][K]: M transposed (M^T[j][k] = M[k][j])
+  bool longest_first = false;  // Pass::kWhole: run the sequences longest first (longest_first below)
 };
 template <int K, int VS>
 struct RecurStage {
@@ -335,6 +361,31 @@ struct RecurStage {
   bf16 u0[C][UP], o0[C][UP];            // likewise 2C rows
   float eg[K];
 };
+
+// Varlen batches of up to kOrderMax sequences whose CTAs outnumber the SMs take them longest first
+// (Segments::longest_first): CTAs start in blockIdx.z order, and a long sequence started last would
+// run alone after the others (its chain of chunks is the batch's critical path). Each CTA ranks the
+// lengths itself (ties by index), so nothing is computed on the host and the launch stays
+// capturable. Every thread of the CTA must call it.
+constexpr int kOrderMax = 64;
+__device__ __forceinline__ int64_t longest_first(const kdactl_kda_args& a, int64_t z) {
+  if (a.cu_seqlens == nullptr || a.batch < 2 || a.batch > kOrderMax) return z;
+  __shared__ int64_t len[kOrderMax];
+  __shared__ int64_t picked;
+  for (int m = threadIdx.x; m < a.batch; m += blockDim.x) {
+    int64_t bos, eos;
+    sequence_bounds(a, m, bos, eos);
+    len[m] = eos - bos;
+  }
+  __syncthreads();
+  for (int m = threadIdx.x; m < a.batch; m += blockDim.x) {
+    int rank = 0;
+    for (int j = 0; j < a.batch; ++j) rank += len[j] > len[m] || (len[j] == len[m] && j < m);
+    if (rank == z) picked = m;
+  }
+  __syncthreads();
+  return picked;
+}
 
 template <int K, int V, int WARPS, int STAGES, Pass PASS = Pass::kWhole>
 __global__ void __launch_bounds__(WARPS * 32)
@@ -354,7 +405,7 @@ __global__ void __launch_bounds__(WARPS * 32)
   // Sequence n, segment p (of sg.count), and for kReduce whether this CTA maps M (homogeneous).
   const bool homogeneous = PASS == Pass::kReduce && (blockIdx.z & 1);
   const int64_t z = PASS == Pass::kReduce ? blockIdx.z / 2 : blockIdx.z;
-  const int64_t n = PASS == Pass::kWhole ? z : z / sg.count;
+  const int64_t n = PASS != Pass::kWhole ? z / sg.count : sg.longest_first ? longest_first(a, z) : z;
   const int p = PASS == Pass::kWhole ? 0 : static_cast<int>(z % sg.count);
   // The last segment's map is never needed, nor segment 0's M (its start state is known).
   if (PASS == Pass::kReduce && (p == sg.count - 1 || (homogeneous && p == 0))) return;

@@ -128,12 +128,12 @@ while True: a=(a@a).clamp_(-1,1)" > $S/cotenant.log 2>&1 & ct=$!
         --junitxml=$OUT/op.xml -o junit_logging=system-out \
         -k "graph or workspace or compile or stream or device or batched or varlen or extreme" 2>&1 | tail -5 ;;
     ncu) time timeout 150 ncu -k regex:kda_chunk --launch-skip 2 --launch-count 2 --section SpeedOfLight \
-        --section WarpStateStats --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+        --section ComputeWorkloadAnalysis --section InstructionStats --section WarpStateStats --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
         --metrics smsp__pcsamp_warps_issue_stalled_long_scoreboard,smsp__pcsamp_warps_issue_stalled_barrier,smsp__pcsamp_warps_issue_stalled_short_scoreboard,smsp__pcsamp_warps_issue_stalled_math_pipe_throttle,smsp__pcsamp_warps_issue_stalled_wait,smsp__pcsamp_warps_issue_stalled_mio_throttle,smsp__pcsamp_warps_issue_stalled_lg_throttle,smsp__pcsamp_warps_issue_stalled_selected,smsp__pcsamp_warps_issue_stalled_not_selected,smsp__pcsamp_warps_issue_stalled_dispatch_stall,smsp__pcsamp_warps_issue_stalled_no_instructions \
         python3 -c "
 from kdactl.kda import prefill; from kdactl.kda.inputs import random_inputs
 x,_,_ = random_inputs(1, 8192, 64, device='cuda')
-for _ in range(2): prefill(**x, route='chunk')" > $OUT/ncu.txt 2>&1; echo rc=$?; grep -E "^  [a-z_]+|Duration|Stall|stalled|Throughput|Achieved Occ|Registers|Warp Cycles|Eligible|Issued Warp" $OUT/ncu.txt | head -90 ;;
+for _ in range(2): prefill(**x, route='chunk')" > $OUT/ncu.txt 2>&1; echo rc=$?; grep -E "^  [a-z_]+|Duration|Stall|stalled|Throughput|Achieved Occ|Registers|Warp Cycles|Eligible|Issued Warp|Pipe|Ipc|Issue Slots|SM Busy|Executed Instructions" $OUT/ncu.txt | head -120 ;;
     small-bh) grep -h warmed $S/warm_*.log; bench small-bh --iters 5 --warmup 1 ;;
     host) grep -h warmed $S/warm_*.log; bench host --host --warmup 3 ;;
     serving) grep -h warmed $S/warm_*.log; bench serving --iters 12 --warmup 2 ;;

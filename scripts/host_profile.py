@@ -23,8 +23,9 @@ def per_call_us(fn, n=200, repeats=7):  # kdactl bench --host's count: far below
 
 
 def cudart():
-    import nvidia.cu13 as cu  # noqa: F401 - the CUDA runtime torch ships
-    path = (glob.glob(os.path.join(os.path.dirname(cu.__file__), "lib", "libcudart.so*")) or ["libcudart.so"])[0]
+    import nvidia.cu13 as cu  # the CUDA runtime torch ships (a namespace package: no __file__)
+    found = [p for root in cu.__path__ for p in glob.glob(os.path.join(root, "lib", "libcudart.so*"))]
+    path = found[0] if found else "libcudart.so.13"  # else the one torch already loaded, by soname
     lib = ctypes.CDLL(path)
     lib.cudaGraphLaunch.argtypes, lib.cudaGraphLaunch.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
     return lib

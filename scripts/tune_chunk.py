@@ -14,7 +14,8 @@ from kdactl.kda.routes import TUNING_AUTO, TUNING_STAGES
 from kdactl.reference import error_ratio
 
 SERVING = [(1, 8192, 64, None), (1, 8192, 96, None), (2, 16384, 64, None), (8, 4096, 12, None),
-           (1, 8192, 96, [1300, 547, 2048, 963, 271, 3063])]  # fmt: skip
+           (1, 8192, 96, [1300, 547, 2048, 963, 271, 3063]),
+           (1, 8192, 96, [3063, 271, 963, 2048, 547, 1300])]  # fmt: skip (the same lengths reversed: longest first)
 SMALL_BH = [(1, 65536, 8, None), (1, 65536, 4, None), (1, 131072, 1, None), (1, 1048576, 1, None)]
 
 ap = argparse.ArgumentParser()

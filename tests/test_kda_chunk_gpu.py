@@ -57,6 +57,14 @@ def test_chunk_varlen(lengths, with_state, cu_dtype):
             assert torch.equal(s[n], expect)
 
 
+def test_chunk_varlen_longest_first():
+    """With more recurrence CTAs than SMs (here 4 x 64 x 2 = 512) the kernel runs the sequences
+    longest first: every sequence must still get its own output rows and final state."""
+    lengths, H = [40, 700, 3, 1200], 64
+    x, s0 = make_inputs(1, sum(lengths), H, device="cuda", state_n=len(lengths), seed=7)
+    _check(x, s0, cu_seqlens_of(lengths, "cuda", torch.int32), route="chunk")
+
+
 @pytest.mark.parametrize("g_range", [(-8.0, 0.0), (-0.001, 0.0), (-20.0, -5.0), None],
                          ids=["g-8..0", "g~0", "g-20..-5", "logsigmoid"])  # fmt: skip
 def test_chunk_gates(g_range):
