@@ -11,11 +11,14 @@ using namespace kdactl::chunk;
 // a CTA (measured at B1 T8192 H64, scripts/tune_chunk.py: 0.911 ms against 0.945 with 2 warps).
 // When every CTA has an SM to itself it takes the deep pipeline; otherwise two or three share an SM
 // and hide each other's latency.
+// Recurrence CTAs at `warps` per CTA: one per sequence, head and slice of 16 * warps values.
+int64_t recur_ctas(const kdactl_kda_args& a, int V, int warps) {
+  return a.batch * a.heads * (V / (16 * warps) > 0 ? V / (16 * warps) : 1);
+}
+
 RecurShape pick_recur(const kdactl_kda_args& a, int V, int sm_count) {
-  const int64_t ctas_at_4 = a.batch * a.heads * (V / 64 > 0 ? V / 64 : 1);
-  const int warps = tuned({2 * ctas_at_4 >= sm_count ? 4 : 2, 4}, a.tuning).warps;
-  const int64_t ctas = a.batch * a.heads * (V / (16 * warps) > 0 ? V / (16 * warps) : 1);
-  return tuned({warps, ctas <= sm_count ? 8 : 4}, a.tuning);
+  const int warps = tuned({2 * recur_ctas(a, V, 4) >= sm_count ? 4 : 2, 4}, a.tuning).warps;
+  return tuned({warps, recur_ctas(a, V, warps) <= sm_count ? 8 : 4}, a.tuning);
 }
 
 // Varlen CTAs that outnumber the SMs wait for one; the longest sequences' go first (measured at the
@@ -25,7 +28,7 @@ int launch(const kdactl_kda_args& a, RecurShape rs, int sms, int optin, cudaStre
   if (a.workspace == nullptr || a.workspace_bytes < blocks_bytes<K, V>(a)) return KDACTL_ERR_BAD_WORKSPACE;
   if (int rc = launch_prepare<K, V>(a, stream)) return rc;
   Segments whole;
-  whole.longest_first = a.cu_seqlens != nullptr && a.batch * a.heads * (V / (16 * rs.warps)) > sms;
+  whole.longest_first = a.cu_seqlens != nullptr && recur_ctas(a, V, rs.warps) > sms;
   return launch_pass<K, V, Pass::kWhole>(a, whole, a.batch, rs, optin, stream);
 }
 

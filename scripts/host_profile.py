@@ -4,6 +4,7 @@ into the C launcher, which is the CUDA runtime's launch cost), graph replay thro
 through a bare cudaGraphLaunch of the same graph, the replay floor of a one-kernel graph, and a
 cProfile of 2000 calls. Run on a GPU node: python3 scripts/host_profile.py"""
 import cProfile, ctypes, glob, os, pstats, time, torch
+from kdactl.bench import host as bench_host
 from kdactl.kda import prefill, KdaWorkspace, plans
 from kdactl.kda.inputs import random_inputs
 torch.set_grad_enabled(False)
@@ -11,15 +12,9 @@ x, _, cu = random_inputs(1, 64, 4, device="cuda")
 o = torch.empty_like(x["v"]); s = torch.empty(1, 4, 128, 128, device="cuda")
 
 
-def per_call_us(fn, n=200, repeats=7):  # kdactl bench --host's count: far below the launch queue's depth
+def per_call_us(fn):  # kdactl bench --host's count (200 calls, median of 7), after 20 warmup calls
     for _ in range(20): fn()
-    per = []
-    for _ in range(repeats):
-        torch.cuda.synchronize(); t = time.perf_counter()
-        for _ in range(n): fn()
-        per.append((time.perf_counter() - t) / n * 1e6)
-    torch.cuda.synchronize()
-    return sorted(per)[len(per) // 2]
+    return bench_host.per_call_us(fn, torch.cuda.synchronize, time.perf_counter)
 
 
 def cudart():
