@@ -24,6 +24,21 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
+// ---- Flags between the CTAs of one grid (route chunk's fused kernel) --------------------------------
+__device__ __forceinline__ int ld_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release(int* p, int v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+// A barrier over the first THREADS threads of the CTA only (id 1; __syncthreads is id 0 over all).
+template <int THREADS>
+__device__ __forceinline__ void sync_first() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
+}
+
 // ---- Tensor cores ---------------------------------------------------------------------------------
 // Fragment layouts (PTX ISA, mma.m16n8k8 tf32 / m16n8k16 bf16), with g = lane / 4, t = lane % 4:
 //   C/D 16x8:       c0 (g, 2t)  c1 (g, 2t+1)  c2 (g+8, 2t)  c3 (g+8, 2t+1)
@@ -141,6 +156,14 @@ __device__ __forceinline__ float2 to_f2(const __nv_bfloat16* p) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
 }
 __device__ __forceinline__ float2 to_f2(const __half* p) { return __half22float2(*reinterpret_cast<const __half2*>(p)); }
+// Four adjacent elements as floats, in one load: 16-byte aligned fp32, or 8-byte aligned 16-bit.
+__device__ __forceinline__ float4 to_f4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+template <typename T>
+__device__ __forceinline__ float4 to_f4(const T* p) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  const float2 lo = to_f2(reinterpret_cast<const T*>(&raw.x)), hi = to_f2(reinterpret_cast<const T*>(&raw.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
 template <typename T>
 __device__ __forceinline__ T from_f(float x);
 template <>

@@ -67,31 +67,16 @@ struct PrepSmem {
   float beta[C];
 };
 
+// One (chunk, head)'s factors into its workspace block, by one warp: rows row0 .. row0 + ntok - 1 of
+// the flattened layout (ntok <= C), into slot `slot`.
 template <int K, int V, typename GT, typename In>
-__global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a, unsigned char* ws) {
-#ifdef KDACTL_ARCH_MISMATCH
-  __trap();
-#else
+__device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned char* ws, int64_t slot, int h,
+                                              int64_t row0, int ntok, PrepSmem<K, V, GT, In>& sm) {
   using Sm = PrepSmem<K, V, GT, In>;
   constexpr bool kG16 = Sm::kG16;
   using B = Block<K, V>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  Sm& sm = *reinterpret_cast<Sm*>(smem_raw);
-  const int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
-  const int64_t slot = blockIdx.x;
-  const int h = blockIdx.y, H = a.heads;
-
-  // The sequence whose slots hold this one: the last n with bos_n / C + n <= slot.
-  int64_t lo = 0, hi = a.batch - 1, bos, eos;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    sequence_bounds(a, mid, bos, eos);
-    if (bos / C + mid <= slot) lo = mid; else hi = mid - 1;
-  }
-  sequence_bounds(a, lo, bos, eos);
-  const int64_t row0 = bos + (slot - (bos / C + lo)) * C;
-  if (row0 >= eos) return;  // a slot past this sequence's last chunk
-  const int ntok = static_cast<int>(eos - row0 < C ? eos - row0 : C);
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int H = a.heads;
 
   // Stage q, k, v, g (rows past the sequence's end are zero: they add nothing anywhere).
   const In* q = static_cast<const In*>(a.q);
@@ -145,28 +130,28 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
   float* eg_out = reinterpret_cast<float*>(blk + B::kEg);
   const float scale = a.scale;
 
-  // G = cumsum of g over the chunk, 4 keys per lane; then eG and Kr, which need only G.
+  // G = cumsum of g over the chunk, 4 keys per lane; then eG and Kr, which need only G. Each lane's
+  // 4 keys move in one load or store (one per key made this loop a third of the pass's
+  // shared-memory wavefronts: 4-byte accesses 16 bytes apart conflict 4 ways).
   bool exact = false;
   for (int j = lane; j < K / 4; j += 32) {
     float run[4] = {0.f, 0.f, 0.f, 0.f};
     for (int r = 0; r < C; ++r) {
+      float4 raw;
+      if constexpr (kG16) raw = to_f4(&sm.graw[r][4 * j]); else raw = to_f4(&sm.G[r][4 * j]);
+      const float gv[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float gv;
-        if constexpr (kG16) gv = to_f(sm.graw[r][4 * j + e]); else gv = sm.G[r][4 * j + e];
-        if (r < ntok) gv = gate_of(a, gv, h, 4 * j + e);  // rows past the end stay 0: no decay
-        run[e] += gv;
-        sm.G[r][4 * j + e] = run[e];
-      }
+      for (int e = 0; e < 4; ++e) run[e] += r < ntok ? gate_of(a, gv[e], h, 4 * j + e) : 0.f;  // past the end: no decay
+      *reinterpret_cast<float4*>(&sm.G[r][4 * j]) = make_float4(run[0], run[1], run[2], run[3]);
     }
 #pragma unroll
     for (int e = 0; e < 4; ++e) exact |= run[e] < -kExactBelow;
     *reinterpret_cast<float4*>(eg_out + 4 * j) = make_float4(ex(run[0]), ex(run[1]), ex(run[2]), ex(run[3]));
     for (int r = 0; r < C; ++r) {
-      float kr[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) kr[e] = to_f(sm.k[r][4 * j + e]) * ex(run[e] - sm.G[r][4 * j + e]);
-      *reinterpret_cast<uint2*>(kr_out + r * K + 4 * j) = make_uint2(pack_bf16(kr[0], kr[1]), pack_bf16(kr[2], kr[3]));
+      const float4 kv = to_f4(&sm.k[r][4 * j]), G = to_f4(&sm.G[r][4 * j]);
+      *reinterpret_cast<uint2*>(kr_out + r * K + 4 * j) =
+          make_uint2(pack_bf16(kv.x * ex(run[0] - G.x), kv.y * ex(run[1] - G.y)),
+                     pack_bf16(kv.z * ex(run[2] - G.z), kv.w * ex(run[3] - G.w)));
     }
   }
   exact = __any_sync(0xffffffffu, exact);
@@ -333,6 +318,27 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
   copy_out(q_out, &q_st[0][0], K, Sm::KP);
   copy_out(u0_out, &u_st[0][0], V, Sm::VP);
   copy_out(o0_out, &o_st[0][0], V, Sm::VP);
+}
+
+template <int K, int V, typename GT, typename In>
+__global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a, unsigned char* ws) {
+#ifdef KDACTL_ARCH_MISMATCH
+  __trap();
+#else
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int64_t slot = blockIdx.x;
+  // The sequence whose slots hold this one: the last n with bos_n / C + n <= slot.
+  int64_t lo = 0, hi = a.batch - 1, bos, eos;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    sequence_bounds(a, mid, bos, eos);
+    if (bos / C + mid <= slot) lo = mid; else hi = mid - 1;
+  }
+  sequence_bounds(a, lo, bos, eos);
+  const int64_t row0 = bos + (slot - (bos / C + lo)) * C;
+  if (row0 >= eos) return;  // a slot past this sequence's last chunk
+  const int ntok = static_cast<int>(eos - row0 < C ? eos - row0 : C);
+  prepare_chunk<K, V, GT, In>(a, ws, slot, blockIdx.y, row0, ntok, *reinterpret_cast<PrepSmem<K, V, GT, In>*>(smem_raw));
 #endif
 }
 
@@ -366,50 +372,60 @@ struct RecurStage {
 // (Segments::longest_first): CTAs start in blockIdx.z order, and a long sequence started last would
 // run alone after the others (its chain of chunks is the batch's critical path). Each CTA ranks the
 // lengths itself (ties by index), so nothing is computed on the host and the launch stays
-// capturable. Every thread of the CTA must call it.
+// capturable. The CTA's first THREADS threads must all call it.
 constexpr int kOrderMax = 64;
+template <int THREADS>
 __device__ __forceinline__ int64_t longest_first(const kdactl_kda_args& a, int64_t z) {
   if (a.cu_seqlens == nullptr || a.batch < 2 || a.batch > kOrderMax) return z;
   __shared__ int64_t len[kOrderMax];
   __shared__ int64_t picked;
-  for (int m = threadIdx.x; m < a.batch; m += blockDim.x) {
+  for (int m = threadIdx.x; m < a.batch; m += THREADS) {
     int64_t bos, eos;
     sequence_bounds(a, m, bos, eos);
     len[m] = eos - bos;
   }
-  __syncthreads();
-  for (int m = threadIdx.x; m < a.batch; m += blockDim.x) {
+  sync_first<THREADS>();
+  for (int m = threadIdx.x; m < a.batch; m += THREADS) {
     int rank = 0;
     for (int j = 0; j < a.batch; ++j) rank += len[j] > len[m] || (len[j] == len[m] && j < m);
     if (rank == z) picked = m;
   }
-  __syncthreads();
+  sync_first<THREADS>();
   return picked;
 }
 
-template <int K, int V, int WARPS, int STAGES, Pass PASS = Pass::kWhole>
-__global__ void __launch_bounds__(WARPS * 32)
-    kda_chunk_recur(const kdactl_kda_args a, const unsigned char* ws, const Segments sg) {
-#ifdef KDACTL_ARCH_MISMATCH
-  __trap();
-#else
+// The fused kernel's shared counters (kda_chunk_fused.cuh), at the workspace's end (fused_sync_bytes),
+// zeroed before each launch.
+struct FusedSync {
+  unsigned long long* next_job;  // the next job to hand out
+  int* started;                  // walks that have started
+  int* done;                     // [slot][H]: 1 once that block is prepared
+  int* consumed;                 // [chunk]: walks past that chunk (fixed-length batches)
+  int ahead;                     // producers stay this many chunks ahead of every started walk; 0: no limit
+};
+
+// One CTA's walk, on its first 32 * WARPS threads: value slice vx, head h, unit z (blockIdx.z of the
+// standalone kernel). `fs` (the fused kernel): the walk waits on fs->done before it loads a chunk and
+// counts itself in fs->consumed after it; nullptr when the prepare pass ran before.
+template <int K, int V, int WARPS, int STAGES, Pass PASS>
+__device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned char* ws, const Segments& sg,
+                                      unsigned char* smem_raw, int vx, int h, int64_t bz, const FusedSync* fs) {
   constexpr int VS = 16 * WARPS;
   using St = RecurStage<K, VS>;
   using B = Block<K, V>;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
   St* stage = reinterpret_cast<St*>(smem_raw);
   uint16_t(*o_tile)[C][24] = reinterpret_cast<uint16_t(*)[C][24]>(smem_raw + STAGES * sizeof(St));  // o's bits
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int h = blockIdx.y, H = a.heads;
+  const int H = a.heads;
   // Sequence n, segment p (of sg.count), and for kReduce whether this CTA maps M (homogeneous).
-  const bool homogeneous = PASS == Pass::kReduce && (blockIdx.z & 1);
-  const int64_t z = PASS == Pass::kReduce ? blockIdx.z / 2 : blockIdx.z;
-  const int64_t n = PASS != Pass::kWhole ? z / sg.count : sg.longest_first ? longest_first(a, z) : z;
+  const bool homogeneous = PASS == Pass::kReduce && (bz & 1);
+  const int64_t z = PASS == Pass::kReduce ? bz / 2 : bz;
+  const int64_t n = PASS != Pass::kWhole ? z / sg.count : sg.longest_first ? longest_first<WARPS * 32>(a, z) : z;
   const int p = PASS == Pass::kWhole ? 0 : static_cast<int>(z % sg.count);
   // The last segment's map is never needed, nor segment 0's M (its start state is known).
   if (PASS == Pass::kReduce && (p == sg.count - 1 || (homogeneous && p == 0))) return;
-  const int v_cta = blockIdx.x * VS, vw = warp * 16;
+  const int v_cta = vx * VS, vw = warp * 16;
   int64_t bos, eos;
   sequence_bounds(a, n, bos, eos);
   const int64_t nchunks = (eos - bos + C - 1) / C, slot0 = bos / C + n;
@@ -471,6 +487,28 @@ __global__ void __launch_bounds__(WARPS * 32)
   };
 
   const int64_t count = c_end - c_begin;  // chunks this CTA walks, from c_begin
+  // Fused: before the loads of chunk c, warp 0 waits until it is prepared, reading the flags of the
+  // next 32 chunks at once; the barrier after it holds the other warps. It reads flags again only
+  // once the walk reaches the first it saw unset, which is rare while the producers run ahead.
+  const int* done = fs ? fs->done : nullptr;
+  int64_t known = c_begin;  // warp 0: chunks before it are prepared
+  auto await = [&](int64_t c) {
+    if (done == nullptr || warp != 0) return;
+    while (c >= known) {
+      const int64_t mine = known + lane;
+      const bool set = mine >= c_end || ld_acquire(done + (slot0 + mine) * H + h) != 0;
+      const unsigned unset = __ballot_sync(0xffffffffu, !set);
+      known += unset ? __ffs(unset) - 1 : 32;
+      if (c >= known) __nanosleep(200);
+    }
+  };
+  // Thread 0 counts this walk in fs->started, then past each chunk, which paces the producers.
+  int* passed = fs && fs->ahead > 0 && tid == 0 ? fs->consumed + c_begin - 1 : nullptr;
+  if (passed) atomicAdd(fs->started, 1);
+  if (done) {
+    await(c_begin + (count < STAGES - 1 ? count : STAGES - 1) - 1);
+    sync_first<kThreads>();
+  }
 #pragma unroll
   for (int i = 0; i < STAGES - 1; ++i) {
     if (i < count) load(c_begin + i, stage[i]);
@@ -479,7 +517,9 @@ __global__ void __launch_bounds__(WARPS * 32)
   uint16_t* o = static_cast<uint16_t*>(a.o);  // bf16 or fp16 (a.qkv_fp16)
   for (int64_t i = 0; i < count; ++i) {
     cp_async_wait<STAGES - 2>();
-    __syncthreads();  // chunk i is in; everyone is done with the stage the next load overwrites
+    if (i + STAGES - 1 < count) await(c_begin + i + STAGES - 1);
+    sync_first<kThreads>();  // chunk i is in; everyone is done with the stage the next load overwrites
+    if (passed && i > 0) atomicAdd(passed + i, 1);  // and with chunk i - 1
     if (i + STAGES - 1 < count) load(c_begin + i + STAGES - 1, stage[(i + STAGES - 1) % STAGES]);
     cp_async_commit();
     const St& st = stage[i % STAGES];
@@ -597,6 +637,16 @@ __global__ void __launch_bounds__(WARPS * 32)
       sf[at(sf_v_first, key + 1, vcol + 8)] = s[j][3];
     }
   }
+}
+
+template <int K, int V, int WARPS, int STAGES, Pass PASS = Pass::kWhole>
+__global__ void __launch_bounds__(WARPS * 32)
+    kda_chunk_recur(const kdactl_kda_args a, const unsigned char* ws, const Segments sg) {
+#ifdef KDACTL_ARCH_MISMATCH
+  __trap();
+#else
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  recur<K, V, WARPS, STAGES, PASS>(a, ws, sg, smem_raw, blockIdx.x, blockIdx.y, blockIdx.z, nullptr);
 #endif
 }
 

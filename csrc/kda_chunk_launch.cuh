@@ -12,6 +12,12 @@ uint64_t blocks_bytes(const kdactl_kda_args& a) {
   return static_cast<uint64_t>(num_slots(a)) * a.heads * Block<K, V>::kBytes;
 }
 
+// The fused kernel's counters (FusedSync), after the blocks: next_job and started in 16 bytes, then
+// done [slot][H] and consumed [slot] (a sequence has fewer chunks than slots).
+inline uint64_t fused_sync_bytes(const kdactl_kda_args& a) {
+  return (16 + 4 * static_cast<uint64_t>(num_slots(a)) * (a.heads + 1) + 15) / 16 * 16;
+}
+
 // 0 when the chunked kernels are built for these head dims (K == V in {64, 128}), else the code
 // naming the one that is not.
 inline int head_error(const kdactl_kda_args& a) {
@@ -88,10 +94,19 @@ int launch_pass(const kdactl_kda_args& a, const Segments& sg, int64_t units, Rec
   }
 }
 
+// Recurrence CTAs (walks) at `warps` per CTA: one per sequence, head and slice of 16 * warps values.
+inline int64_t recur_units(const kdactl_kda_args& a, int V, int warps) {
+  return a.batch * a.heads * (V / (16 * warps) > 0 ? V / (16 * warps) : 1);
+}
+
+// kda_chunk_fused.cu: the fused grid; KDACTL_ERR_UNSUPPORTED where the device's shared memory per
+// block is too small for it. The workspace holds fused_sync_bytes past the blocks.
+int launch_fused(const kdactl_kda_args& a, int sms, int optin, cudaStream_t stream);
+
 // tuning (benchmarks): KDACTL_TUNING_STAGES * stages + warps, e.g. 84; or warps alone;
 // KDACTL_TUNING_AUTO keeps `rs`.
 inline RecurShape tuned(RecurShape rs, int tuning) {
-  const int tw = tuning % KDACTL_TUNING_STAGES, ts = tuning / KDACTL_TUNING_STAGES;
+  const int tw = tuning % KDACTL_TUNING_STAGES, ts = tuning % KDACTL_TUNING_FUSED / KDACTL_TUNING_STAGES;
   if (tw == 1 || tw == 2 || tw == 4 || tw == 8) rs.warps = tw;
   if (ts == 4 || ts == 8) rs.stages = ts;
   return rs;

@@ -15,13 +15,14 @@ exec > >(tee -a $OUT/visit.log) 2>&1
 python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v WARNING
 python3 -c "import cupti" 2>/dev/null && echo "NOTE: cupti-python is on this image" || echo "cupti-python: not installed (as on the image)"
 peers() { PYTHONPATH=/tmp/site "$@"; }  # fla and its wheels, for peer timing only
+warm=()  # the fla warm-ups still running: nothing is timed beside them
 if [ -d .whl ] && [[ " $* " =~ " small-bh "|" serving "|" host "|" fla-tests " ]]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   heads=""  # the head counts the chosen bench sections time fla at
   [[ " $* " =~ " small-bh " ]] && heads+=" 1 4 8"
   [[ " $* " =~ " serving " ]] && heads+=" 12 64 96"
   [[ " $* " =~ " host " ]] && heads+=" 4"
-  for h in $(printf "%s\n" $heads | sort -un); do peers timeout 150 python3 scripts/warm_fla.py $h > $S/warm_$h.log 2>&1 & done
+  for h in $(printf "%s\n" $heads | sort -un); do peers timeout 150 python3 scripts/warm_fla.py $h > $S/warm_$h.log 2>&1 & warm+=($!); done
 fi
 TIMEFORMAT="wall %R s"
 echo "== detect"; kdactl detect
@@ -38,6 +39,7 @@ certify_full() {  # name, then env assignments for the run
 
 bench() {  # suite name, then extra args
   local s=$1; shift
+  [ ${#warm[@]} -gt 0 ] && { wait "${warm[@]}"; warm=(); }
   [ "$s" = host ] && set -- "$@" || set -- --suite $s "$@"
   time peers timeout 200 kdactl bench --peers fla --markdown $OUT/$s.md --json "$@" > $S/$s.json
   echo rc=$?; cat $OUT/$s.md
@@ -108,6 +110,27 @@ while True: a=(a@a).clamp_(-1,1)" > $S/cotenant.log 2>&1 & ct=$!
       python3 -c "import re;t=open('fleet/baselines/H200.toml').read();open('$S/fast.toml','w').write(re.sub(r'median_ms = ([0-9.eE+-]+)',lambda m:f'median_ms = {float(m[1])/2!r}',t))"
       timeout 60 kdactl bench --suite smoke --peers none --iters 8 --gate --baseline $S/fast.toml | tail -3; echo "2x-faster gate rc=$?" ;;
     tune) time timeout 150 python3 scripts/tune_chunk.py ;;
+    kernel-tests)  # every kernel route's GPU tests (both chunk paths), error ratios kept in the JUnit file
+      files=${TESTS:-"tests/test_kda_gpu.py tests/test_kda_chunk_gpu.py tests/test_kda_small_bh_gpu.py tests/test_kda_serving_gpu.py tests/test_kda_fused_gpu.py"}
+      time timeout ${TESTS_TIMEOUT:-320} python3 -m pytest -q -m gpu $files -p no:cacheprovider --durations=5 \
+        --junitxml=$OUT/kernels.xml -o junit_logging=system-out 2>&1 | grep -vE "^(tests|\s)" | tail -25
+      python3 scripts/error_ratios.py $OUT/kernels.xml 2>/dev/null | tail -2 ;;
+    fused-ab)  # issue 17: the chunk route's fused grid against its two kernels and the launcher's pick
+      time timeout 240 python3 scripts/tune_chunk.py --shapes ab --tunings ${TUNINGS:-0,100,200} ;;
+    prep-ab)  # issue 17: this tree's kernels against the same tree with .wip/prep_old.patch applied, side by side
+      rm -rf /tmp/old && mkdir /tmp/old && cp -r kdactl csrc checks fleet scripts pyproject.toml /tmp/old/
+      (patch -d /tmp/old -p1 -s < .wip/prep_old.patch) || { echo "prep_old.patch did not apply"; continue; }
+      old() { PYTHONPATH=/tmp/old KDACTL_CACHE_DIR=/tmp/oldcache "$@"; }
+      time old timeout 200 kdactl build | tail -2
+      for arm in new old new old; do
+        [ $arm = new ] && run=() || run=(old)
+        [ $arm = new ] && dir=. || dir=/tmp/old
+        echo "-- $arm"; "${run[@]}" timeout 100 python3 $dir/scripts/tune_chunk.py --shapes serving --tunings 100,200 --iters 10
+        "${run[@]}" timeout 60 python3 $dir/scripts/tune_chunk.py --route small_bh --shapes small-bh --tunings 0 --iters 5 | tail -4
+      done ;;
+    kernels-chunk)  # issue 17: per-kernel times of both chunk paths on the fixed-length serving shapes
+      for t in 100 200; do timeout 100 python3 scripts/kernel_times.py chunk:$t 1,8192,64 1,8192,96 2,16384,64 8,4096,12 2>&1 \
+        | grep -E "==|kda_chunk|Self CUDA time total"; done ;;
     chunk-tests) time timeout 200 python3 -m pytest -q -m gpu tests/test_kda_chunk_gpu.py -p no:cacheprovider --durations=8 \
         --junitxml=$OUT/chunk.xml -o junit_logging=system-out 2>&1 | grep -vE "^(tests|\s)" | tail -30 ;;
     kda-tests)  # every KDA op test against the reference, with the error ratios kept in the JUnit file
@@ -127,13 +150,13 @@ while True: a=(a@a).clamp_(-1,1)" > $S/cotenant.log 2>&1 & ct=$!
     op-tests) time timeout 120 python3 -m pytest -q -m gpu tests/test_kda_gpu.py -p no:cacheprovider \
         --junitxml=$OUT/op.xml -o junit_logging=system-out \
         -k "graph or workspace or compile or stream or device or batched or varlen or extreme" 2>&1 | tail -5 ;;
-    ncu) time timeout 150 ncu -k regex:kda_chunk --launch-skip 2 --launch-count 2 --section SpeedOfLight \
+    ncu) time timeout 150 ncu -k regex:kda_chunk --launch-skip ${NCU_SKIP:-2} --launch-count ${NCU_COUNT:-2} --section SpeedOfLight \
         --section ComputeWorkloadAnalysis --section InstructionStats --section WarpStateStats --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
         --metrics smsp__pcsamp_warps_issue_stalled_long_scoreboard,smsp__pcsamp_warps_issue_stalled_barrier,smsp__pcsamp_warps_issue_stalled_short_scoreboard,smsp__pcsamp_warps_issue_stalled_math_pipe_throttle,smsp__pcsamp_warps_issue_stalled_wait,smsp__pcsamp_warps_issue_stalled_mio_throttle,smsp__pcsamp_warps_issue_stalled_lg_throttle,smsp__pcsamp_warps_issue_stalled_selected,smsp__pcsamp_warps_issue_stalled_not_selected,smsp__pcsamp_warps_issue_stalled_dispatch_stall,smsp__pcsamp_warps_issue_stalled_no_instructions \
         python3 -c "
 from kdactl.kda import prefill; from kdactl.kda.inputs import random_inputs
 x,_,_ = random_inputs(1, 8192, 64, device='cuda')
-for _ in range(2): prefill(**x, route='chunk')" > $OUT/ncu.txt 2>&1; echo rc=$?; grep -E "^  [a-z_]+|Duration|Stall|stalled|Throughput|Achieved Occ|Registers|Warp Cycles|Eligible|Issued Warp|Pipe|Ipc|Issue Slots|SM Busy|Executed Instructions" $OUT/ncu.txt | head -120 ;;
+for _ in range(3): prefill(**x, route='chunk')" > $OUT/ncu.txt 2>&1; echo rc=$?; grep -E "^  [a-z_]+|Duration|Stall|stalled|Throughput|Achieved Occ|Registers|Warp Cycles|Eligible|Issued Warp|Pipe|Ipc|Issue Slots|SM Busy|Executed Instructions" $OUT/ncu.txt | head -120 ;;
     small-bh) grep -h warmed $S/warm_*.log; bench small-bh --iters 5 --warmup 1 ;;
     host) grep -h warmed $S/warm_*.log; bench host --host --warmup 3 ;;
     serving) grep -h warmed $S/warm_*.log; bench serving --iters 12 --warmup 2 ;;

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from kdactl.kda import KdaWorkspace, prefill
+from kdactl.kda.routes import TUNING_AHEAD, TUNING_FUSED
 from kdactl.reference import error_ratio
 from kdactl.smoke import replay_equals_eager
 from tests.kda_inputs import cu_seqlens_of, make_inputs
@@ -14,14 +15,20 @@ from tests.test_kda_gpu import TOL, _check
 pytestmark = pytest.mark.gpu
 
 
+@pytest.fixture(params=[TUNING_FUSED, 2 * TUNING_FUSED], ids=["two-kernel", "fused"])
+def path(request):
+    """Route chunk's two implementations: the prepare pass, then the recurrence; or both in one grid."""
+    return request.param
+
+
 @pytest.mark.parametrize("with_state", [False, True], ids=["nostate", "state"])
 @pytest.mark.parametrize("T", [1, 17, 64, 97, 1000, 4096], ids=lambda t: f"T{t}")
 @pytest.mark.parametrize("H", [1, 4, 12, 32, 64, 96], ids=lambda h: f"H{h}")
-def test_chunk_fixed_B1(H, T, with_state):
+def test_chunk_fixed_B1(H, T, with_state, path):
     if H == 96 and T == 4096:
         pytest.skip("covered against the direct route by test_chunk_matches_direct_long_and_wide")
     x, s0 = make_inputs(1, T, H, device="cuda", state_n=1 if with_state else None, seed=H * 7919 + T)
-    _check(x, s0, route="chunk")
+    _check(x, s0, route="chunk", tuning=path)
 
 
 @pytest.mark.parametrize(
@@ -35,9 +42,9 @@ def test_chunk_fixed_B1(H, T, with_state):
     ],
     ids=["B2-T300-H4", "B3-T129-H12-bf16g", "B8-T64-H2-bf16beta", "B2-T257-H4-D64", "B4-T100-H3-D64-bf16g"],
 )
-def test_chunk_batched(B, T, H, D, gdt, bdt):
+def test_chunk_batched(B, T, H, D, gdt, bdt, path):
     x, s0 = make_inputs(B, T, H, K=D, V=D, device="cuda", g_dtype=gdt, beta_dtype=bdt, state_n=B, seed=B + T)
-    _check(x, s0, route="chunk", scale=0.1)
+    _check(x, s0, route="chunk", scale=0.1, tuning=path)
 
 
 @pytest.mark.parametrize("with_state", [False, True], ids=["nostate", "state"])
@@ -47,44 +54,56 @@ def test_chunk_batched(B, T, H, D, gdt, bdt):
     ids=lambda l: "L" + "_".join(map(str, l)),
 )
 @pytest.mark.parametrize("cu_dtype", [torch.int32, torch.int64], ids=["i32", "i64"])
-def test_chunk_varlen(lengths, with_state, cu_dtype):
+def test_chunk_varlen(lengths, with_state, cu_dtype, path):
     N, H = len(lengths), 4
     x, s0 = make_inputs(1, sum(lengths), H, device="cuda", state_n=N if with_state else None, seed=sum(lengths))
-    _, s = _check(x, s0, cu_seqlens_of(lengths, "cuda", cu_dtype), route="chunk")
+    _, s = _check(x, s0, cu_seqlens_of(lengths, "cuda", cu_dtype), route="chunk", tuning=path)
     for n, length in enumerate(lengths):
         if length == 0:
             expect = s0[n] if with_state else torch.zeros_like(s[n])
             assert torch.equal(s[n], expect)
 
 
-def test_chunk_varlen_longest_first():
+def test_chunk_varlen_longest_first(path):
     """With more recurrence CTAs than SMs (here 4 x 64 x 2 = 512) the kernel runs the sequences
     longest first: every sequence must still get its own output rows and final state."""
     lengths, H = [40, 700, 3, 1200], 64
     x, s0 = make_inputs(1, sum(lengths), H, device="cuda", state_n=len(lengths), seed=7)
-    _check(x, s0, cu_seqlens_of(lengths, "cuda", torch.int32), route="chunk")
+    _check(x, s0, cu_seqlens_of(lengths, "cuda", torch.int32), route="chunk", tuning=path)
 
 
 @pytest.mark.parametrize("g_range", [(-8.0, 0.0), (-0.001, 0.0), (-20.0, -5.0), None],
                          ids=["g-8..0", "g~0", "g-20..-5", "logsigmoid"])  # fmt: skip
-def test_chunk_gates(g_range):
+def test_chunk_gates(g_range, path):
     """(-8, 0) and (-20, -5) decay past e^-40 within a chunk: A and P take the exact path there."""
     x, s0 = make_inputs(1, 513, 4, device="cuda", state_n=1, g_range=g_range, seed=11)
-    _check(x, s0, route="chunk")
+    _check(x, s0, route="chunk", tuning=path)
 
 
-def test_chunk_weak_decay_long_sequence():
+def test_chunk_weak_decay_long_sequence(path):
     """Gates near 0 forget nothing, so rounding error adds up over the whole sequence: the hardest
     regime for the bf16 operands (scripts/chunk_precision.py emulates about 4.4e-3 here)."""
     x, s0 = make_inputs(1, 4096, 2, device="cuda", state_n=1, g_range=(-0.001, 0.0), seed=3)
-    _check(x, s0, route="chunk")
+    _check(x, s0, route="chunk", tuning=path)
+
+
+@pytest.mark.parametrize("B,T,H", [(1, 4096, 64), (2, 1000, 96), (4, 2048, 32)], ids=lambda v: str(v))
+def test_chunk_fused_tightest_pacing(B, T, H):
+    """The fused grid's producers at most 4 chunks ahead of the slowest started walk (the least its
+    2-stage ring allows) wait on the walks all the time, also where more walks than fit at once start
+    late (B2 H96: 384 walks); the factors, and so the output, must not change."""
+    x, s0 = make_inputs(B, T, H, device="cuda", state_n=B, seed=B * T + H)
+    o_paced, s_paced = prefill(**x, initial_state=s0, output_final_state=True, route="chunk",
+                               tuning=2 * TUNING_FUSED + 4 * TUNING_AHEAD)
+    o, s = _check(x, s0, route="chunk", tuning=2 * TUNING_FUSED + 999 * TUNING_AHEAD)  # 999 chunks: unpaced
+    assert torch.equal(o_paced, o) and torch.equal(s_paced, s)
 
 
 @pytest.mark.parametrize("B,T,H", [(1, 65536, 2), (1, 4096, 96), (2, 8192, 8)], ids=["T65536", "H96", "B2-T8192"])
-def test_chunk_matches_direct_long_and_wide(B, T, H):
+def test_chunk_matches_direct_long_and_wide(B, T, H, path):
     x, s0 = make_inputs(B, T, H, device="cuda", state_n=B, seed=T + H)
     o_d, s_d = prefill(**x, initial_state=s0, output_final_state=True, route="direct")
-    o_c, s_c = prefill(**x, initial_state=s0, output_final_state=True, route="chunk")
+    o_c, s_c = prefill(**x, initial_state=s0, output_final_state=True, route="chunk", tuning=path)
     eo, es = error_ratio(o_d, o_c), error_ratio(s_d, s_c)
     assert eo <= TOL and es <= TOL, f"chunk vs direct: o={eo:.2e} state={es:.2e}"
 
@@ -102,13 +121,14 @@ def test_auto_takes_chunk_for_long_sequences_and_matches_reference():
     assert torch.equal(o_auto, o_chunk) and torch.equal(s_auto, s_chunk)
 
 
-def test_chunk_graph_capture_with_workspace():
+def test_chunk_graph_capture_with_workspace(path):
     lengths = [300, 5, 477]
     x, s0 = make_inputs(1, sum(lengths), 4, device="cuda", state_n=3, seed=3)
     cu = cu_seqlens_of(lengths, "cuda")
     o, s = torch.empty_like(x["v"]), torch.empty(3, 4, 128, 128, device="cuda")
     ws = KdaWorkspace("cuda")
-    call = dict(initial_state=s0, output_final_state=True, cu_seqlens=cu, out=(o, s), workspace=ws, route="chunk")
+    call = dict(initial_state=s0, output_final_state=True, cu_seqlens=cu, out=(o, s), workspace=ws, route="chunk",
+                tuning=path)
     prefill(**x, **call)  # sizes the workspace
     assert ws.buffer is not None and ws.buffer.numel() > 0
     graph = torch.cuda.CUDAGraph()
