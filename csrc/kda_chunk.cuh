@@ -394,6 +394,12 @@ __device__ __forceinline__ int64_t longest_first(const kdactl_kda_args& a, int64
   return picked;
 }
 
+// A walk's shared memory (recur below lays it out): the ring of STAGES stages, then each warp's o tile.
+template <int K, int WARPS, int STAGES>
+constexpr size_t recur_smem() {
+  return STAGES * sizeof(RecurStage<K, 16 * WARPS>) + WARPS * C * 24 * sizeof(bf16);
+}
+
 // The fused kernel's shared counters (kda_chunk_fused.cuh), at the workspace's end (fused_sync_bytes),
 // zeroed before each launch.
 struct FusedSync {

@@ -69,15 +69,11 @@ __device__ __forceinline__ void produce(const kdactl_kda_args& a, unsigned char*
   }
 }
 
-template <int K, int WARPS, int STAGES>
-constexpr size_t fused_prep_offset() {
-  return STAGES * sizeof(RecurStage<K, 16 * WARPS>) + WARPS * C * 24 * sizeof(bf16);  // recur's smem
-}
 template <int K, int V, typename GT, typename In, int WARPS, int STAGES, int PROD>
 constexpr size_t fused_smem() {
-  static_assert(sizeof(PrepSmem<K, V, GT, In>) % 16 == 0 && fused_prep_offset<K, WARPS, STAGES>() % 16 == 0,
+  static_assert(sizeof(PrepSmem<K, V, GT, In>) % 16 == 0 && recur_smem<K, WARPS, STAGES>() % 16 == 0,
                 "16-byte aligned producer stages");
-  return fused_prep_offset<K, WARPS, STAGES>() + PROD * sizeof(PrepSmem<K, V, GT, In>);
+  return recur_smem<K, WARPS, STAGES>() + PROD * sizeof(PrepSmem<K, V, GT, In>);
 }
 
 template <int K, int V, typename GT, typename In, int WARPS, int STAGES, int PROD>
@@ -90,7 +86,7 @@ __global__ void __launch_bounds__((WARPS + PROD) * 32)
   const int warp = threadIdx.x >> 5;
   if (warp >= WARPS) {
     using Sm = PrepSmem<K, V, GT, In>;
-    Sm* sm = reinterpret_cast<Sm*>(smem_raw + fused_prep_offset<K, WARPS, STAGES>()) + (warp - WARPS);
+    Sm* sm = reinterpret_cast<Sm*>(smem_raw + recur_smem<K, WARPS, STAGES>()) + (warp - WARPS);
     produce<K, V, GT, In>(a, ws, fs, *sm);
   } else if (blockIdx.x < units) {
     constexpr int kSlices = V / (16 * WARPS);

@@ -35,11 +35,6 @@ int set_smem(Kernel kernel, size_t bytes) {
   return kdactl_set_smem_once(reinterpret_cast<const void*>(kernel), static_cast<int>(bytes));
 }
 
-template <int K, int WARPS, int STAGES>
-constexpr size_t recur_smem() {
-  return STAGES * sizeof(RecurStage<K, 16 * WARPS>) + WARPS * C * 24 * sizeof(bf16);
-}
-
 template <int K, int V>
 int launch_prepare(const kdactl_kda_args& a, cudaStream_t stream) {
   const int64_t slots = num_slots(a);
