@@ -2,6 +2,7 @@
 // "small_bh" (kda_small_bh.cu).
 #pragma once
 #include "kda_chunk.cuh"
+#include "kda_chunk_policy.h"
 
 namespace kdactl {
 namespace chunk {
@@ -24,11 +25,6 @@ inline int head_error(const kdactl_kda_args& a) {
   if (a.key_dim != 64 && a.key_dim != 128) return KDACTL_ERR_BAD_KEY_DIM;
   return a.value_dim == a.key_dim ? 0 : KDACTL_ERR_BAD_VALUE_DIM;
 }
-
-struct RecurShape {
-  int warps;   // 16 value columns each
-  int stages;  // chunks in flight: the recurrence is bound by the latency of its loads
-};
 
 template <typename Kernel>
 int set_smem(Kernel kernel, size_t bytes) {
@@ -89,23 +85,10 @@ int launch_pass(const kdactl_kda_args& a, const Segments& sg, int64_t units, Rec
   }
 }
 
-// Recurrence CTAs (walks) at `warps` per CTA: one per sequence, head and slice of 16 * warps values.
-inline int64_t recur_units(const kdactl_kda_args& a, int V, int warps) {
-  return a.batch * a.heads * (V / (16 * warps) > 0 ? V / (16 * warps) : 1);
-}
-
-// kda_chunk_fused.cu: the fused grid; KDACTL_ERR_UNSUPPORTED where the device's shared memory per
-// block is too small for it. The workspace holds fused_sync_bytes past the blocks.
-int launch_fused(const kdactl_kda_args& a, int sms, int optin, cudaStream_t stream);
-
-// tuning (benchmarks): KDACTL_TUNING_STAGES * stages + warps, e.g. 84; or warps alone;
-// KDACTL_TUNING_AUTO keeps `rs`.
-inline RecurShape tuned(RecurShape rs, int tuning) {
-  const int tw = tuning % KDACTL_TUNING_STAGES, ts = tuning % KDACTL_TUNING_FUSED / KDACTL_TUNING_STAGES;
-  if (tw == 1 || tw == 2 || tw == 4 || tw == 8) rs.warps = tw;
-  if (ts == 4 || ts == 8) rs.stages = ts;
-  return rs;
-}
+// kda_chunk_fused.cu: the fused grid with walks of `walk_warps` (4, or 8 for K = 128);
+// KDACTL_ERR_UNSUPPORTED where the device's shared memory per block is too small for it. The
+// workspace holds fused_sync_bytes past the blocks.
+int launch_fused(const kdactl_kda_args& a, int walk_warps, int sms, int optin, cudaStream_t stream);
 
 }  // namespace chunk
 }  // namespace kdactl

@@ -16,7 +16,8 @@ extern "C" {
 #define KDACTL_CHUNK 16                // tokens per chunk of the chunked routes
 #define KDACTL_TUNING_AUTO 0           // tuning code: the launcher picks the kernel variant
 #define KDACTL_TUNING_STAGES 10        // chunked routes' tuning codes: KDACTL_TUNING_STAGES * stages + warps
-#define KDACTL_TUNING_FUSED 100        // route chunk: + KDACTL_TUNING_FUSED * (1: its two kernels, 2: its fused grid)
+#define KDACTL_TUNING_FUSED 100        // route chunk: + KDACTL_TUNING_FUSED * (1: its two kernels, 2: its fused grid,
+                                       //   whose walks take 8 warps where the warps digit is 8, else 4)
 #define KDACTL_TUNING_AHEAD 1000       // its fused grid: + KDACTL_TUNING_AHEAD * chunks its producers may run ahead
 #define KDACTL_SMALL_BH_CTAS_PER_SM 3  // small_bh's recurrence CTAs one SM holds: its plan fills one wave
 

@@ -40,7 +40,8 @@ constexpr Constant kConstants[] = {
     KDACTL_CONSTANT(TUNING_FUSED),
     KDACTL_CONSTANT(TUNING_AHEAD),
     KDACTL_CONSTANT(SMALL_BH_CTAS_PER_SM),
-    KDACTL_CONSTANT(ERR_WRONG_DEVICE),  // the one error code Python tells apart by its value
+    KDACTL_CONSTANT(ERR_WRONG_DEVICE),  // the error codes Python tells apart by their values
+    KDACTL_CONSTANT(ERR_UNSUPPORTED),
     KDACTL_CONSTANT(BETA_SIGMOID),
     KDACTL_CONSTANT(BETA_SIGMOID2),
     KDACTL_CONSTANT(GATE_SOFTPLUS),

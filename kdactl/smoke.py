@@ -104,17 +104,18 @@ def fused_variant(x: dict, seed: int) -> tuple[dict, torch.Tensor, torch.Tensor]
     return raw, A_log, dt_bias
 
 
-def run_smoke(route: str, row: SmokeRow, varlen: bool, with_state: bool, device: torch.device,
-              ref_device: str = "cuda", seed: int = 0, fused: bool = False) -> SmokeResult:  # fmt: skip
+def run_smoke(route: str, row: SmokeRow, varlen: bool, with_state: bool, device: torch.device, ref_device: str = "cuda",
+              seed: int = 0, fused: bool = False, tuning: int = 0) -> SmokeResult:  # fmt: skip
     """Run ``route`` on the variant and compare o and the final state with the fp64 reference;
-    ``fused``: the SMOKE_FUSED call on grouped values (fused_variant). Under
-    KDACTL_FAULT=wrong-result:<route> the output is perturbed first (kdactl.faults)."""
+    ``fused``: the SMOKE_FUSED call on grouped values (fused_variant); ``tuning``: the kernel variant
+    (kdactl.kda.routes TUNING_*). Under KDACTL_FAULT=wrong-result:<route> the output is perturbed
+    first (kdactl.faults)."""
     x, s0, cu = make_inputs(row, varlen, with_state, device, seed)
     spec, A_log, dt_bias = NONE, None, None
     if fused:
         (x, A_log, dt_bias), spec = fused_variant(x, seed), SMOKE_FUSED
     o, state = prefill(**x, initial_state=s0, output_final_state=True, cu_seqlens=cu, route=route, fused=spec,
-                       A_log=A_log, dt_bias=dt_bias)  # fmt: skip
+                       A_log=A_log, dt_bias=dt_bias, tuning=tuning)  # fmt: skip
     torch.cuda.synchronize(device)
     o = perturb_output(route, o)
     q, k, g, beta = fused_inputs(x["q"], x["k"], x["v"], x["g"], x["beta"], spec, A_log, dt_bias)

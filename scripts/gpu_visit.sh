@@ -116,21 +116,22 @@ while True: a=(a@a).clamp_(-1,1)" > $S/cotenant.log 2>&1 & ct=$!
         --junitxml=$OUT/kernels.xml -o junit_logging=system-out 2>&1 | grep -vE "^(tests|\s)" | tail -25
       python3 scripts/error_ratios.py $OUT/kernels.xml 2>/dev/null | tail -2 ;;
     fused-ab)  # issue 17: the chunk route's fused grid against its two kernels and the launcher's pick
-      time timeout 240 python3 scripts/tune_chunk.py --shapes ab --tunings ${TUNINGS:-0,100,200} ;;
-    prep-ab)  # issue 17: this tree's kernels against the same tree with .wip/prep_old.patch applied, side by side
+      time timeout ${AB_TIMEOUT:-240} python3 scripts/tune_chunk.py --shapes ${SHAPES:-ab} --tunings ${TUNINGS:-0,100,200} ;;
+    patch-ab)  # this tree's kernels against the same tree with $PATCH applied, built beside it, arms new/patched x2
       rm -rf /tmp/old && mkdir /tmp/old && cp -r kdactl csrc checks fleet scripts pyproject.toml /tmp/old/
-      (patch -d /tmp/old -p1 -s < .wip/prep_old.patch) || { echo "prep_old.patch did not apply"; continue; }
+      (patch -d /tmp/old -p1 -s < ${PATCH:?PATCH=file}) || { echo "$PATCH did not apply"; continue; }
       old() { PYTHONPATH=/tmp/old KDACTL_CACHE_DIR=/tmp/oldcache "$@"; }
       time old timeout 200 kdactl build | tail -2
-      for arm in new old new old; do
+      for arm in new patched new patched; do
         [ $arm = new ] && run=() || run=(old)
         [ $arm = new ] && dir=. || dir=/tmp/old
-        echo "-- $arm"; "${run[@]}" timeout 100 python3 $dir/scripts/tune_chunk.py --shapes serving --tunings 100,200 --iters 10
-        "${run[@]}" timeout 60 python3 $dir/scripts/tune_chunk.py --route small_bh --shapes small-bh --tunings 0 --iters 5 | tail -4
+        echo "-- $arm"; "${run[@]}" timeout 100 python3 $dir/scripts/tune_chunk.py --shapes ${SHAPES:-serving} \
+          --tunings ${TUNINGS:-100,200} --iters 10
       done ;;
     kernels-chunk)  # issue 17: per-kernel times of both chunk paths on the fixed-length serving shapes
-      for t in 100 200; do timeout 100 python3 scripts/kernel_times.py chunk:$t 1,8192,64 1,8192,96 2,16384,64 8,4096,12 2>&1 \
+      for t in ${KTUNINGS:-100 200}; do timeout 100 python3 scripts/kernel_times.py chunk:$t 1,8192,64 1,8192,96 2,16384,64 8,4096,12 2>&1 \
         | grep -E "==|kda_chunk|Self CUDA time total"; done ;;
+    checks-fused) time timeout 120 python3 -m pytest -q checks/test_routes.py -k fused_grid -p no:cacheprovider -rs 2>&1 | tail -6 ;;
     chunk-tests) time timeout 200 python3 -m pytest -q -m gpu tests/test_kda_chunk_gpu.py -p no:cacheprovider --durations=8 \
         --junitxml=$OUT/chunk.xml -o junit_logging=system-out 2>&1 | grep -vE "^(tests|\s)" | tail -30 ;;
     kda-tests)  # every KDA op test against the reference, with the error ratios kept in the JUnit file

@@ -1,5 +1,6 @@
 """Time route "chunk" or "small_bh" variants (the `tuning` knob: 10 * stages + recurrence warps, plus for
-route chunk 100 * (1: its two kernels, 2: its fused grid); 0 = the launcher's choice) side by side on the serving and small-bh shapes, with kdactl bench's
+route chunk 100 * (1: its two kernels, 2: its fused grid, whose walks take 8 warps when the warps digit
+is 8); 0 = the launcher's choice) side by side on the serving and small-bh shapes, with kdactl bench's
 timer (CUPTI kernel durations when cupti-python is installed) and its cold-L2 flush; median of --iters.
 Each variant is first held to the default variant's output."""
 import argparse
@@ -20,6 +21,8 @@ SMOKE = [(2, 1024, 16, None), (1, 1317, 4, [17, 300, 1000]), (4, 256, 8, None), 
          (1, 64, 4, None)]  # certify's perf smokes and a few small serving calls
 MID = [(1, 8192, 32, None), (1, 8192, 48, None), (1, 8192, 56, None), (1, 4096, 64, None), (2, 4096, 32, None),
        (1, 2048, 64, None), (1, 1024, 64, None), (1, 16384, 16, None)]  # fmt: skip (walks <= SMs)
+WIDE = [(1, 8192, 80, None), (1, 4096, 96, None), (2, 8192, 64, None), (4, 4096, 32, None), (1, 8192, 128, None),
+        (1, 2048, 96, None), (1, 8192, 64, None)]  # fmt: skip (walks of 4 warps > SMs >= walks of 8, and H64)
 SMALL_BH = [(1, 65536, 8, None), (1, 65536, 4, None), (1, 131072, 1, None), (1, 1048576, 1, None)]
 
 ap = argparse.ArgumentParser()
@@ -27,10 +30,10 @@ ap.add_argument("--tunings", default="0,24,44,28,48,18,84,88",
                 help=f"tuning codes: {TUNING_STAGES} * stages + warps, {TUNING_AUTO} = the launcher's choice")
 ap.add_argument("--iters", type=int, default=10)
 ap.add_argument("--route", default="chunk", choices=["chunk", "small_bh"])
-ap.add_argument("--shapes", default="all", choices=["serving", "small-bh", "smoke", "all", "ab"])
+ap.add_argument("--shapes", default="all", choices=["serving", "small-bh", "smoke", "all", "ab", "wide"])
 args = ap.parse_args()
 SHAPES = {"serving": SERVING, "small-bh": SMALL_BH, "smoke": SMOKE, "all": SERVING + SMALL_BH[:3],
-          "ab": SERVING + MID + SMOKE}[args.shapes]
+          "ab": SERVING + MID + SMOKE, "wide": SERVING[:4] + WIDE}[args.shapes]
 tunings = [int(t) for t in args.tunings.split(",")]
 device = torch.device("cuda", torch.cuda.current_device())
 timer, timer_note = make_timer(device)

@@ -15,9 +15,13 @@ from tests.test_kda_gpu import TOL, _check
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(params=[TUNING_FUSED, 2 * TUNING_FUSED], ids=["two-kernel", "fused"])
+FUSED_8 = 2 * TUNING_FUSED + 8  # the fused grid with walks of 8 warps (all 128 values of a head)
+
+
+@pytest.fixture(params=[TUNING_FUSED, 2 * TUNING_FUSED, FUSED_8], ids=["two-kernel", "fused", "fused-8"])
 def path(request):
-    """Route chunk's two implementations: the prepare pass, then the recurrence; or both in one grid."""
+    """Route chunk's implementations: the prepare pass, then the recurrence; or both in one grid,
+    with walks of 4 or 8 warps."""
     return request.param
 
 
@@ -44,6 +48,10 @@ def test_chunk_fixed_B1(H, T, with_state, path):
 )
 def test_chunk_batched(B, T, H, D, gdt, bdt, path):
     x, s0 = make_inputs(B, T, H, K=D, V=D, device="cuda", g_dtype=gdt, beta_dtype=bdt, state_n=B, seed=B + T)
+    if path == FUSED_8 and D == 64:  # 8 warps of 16 values each: wider than V
+        with pytest.raises(ValueError, match="tuning asks for a kernel variant wider than value_dim"):
+            prefill(**x, initial_state=s0, output_final_state=True, route="chunk", tuning=path)
+        return
     _check(x, s0, route="chunk", scale=0.1, tuning=path)
 
 
@@ -87,15 +95,17 @@ def test_chunk_weak_decay_long_sequence(path):
     _check(x, s0, route="chunk", tuning=path)
 
 
+@pytest.mark.parametrize("walk_warps", [4, 8])
 @pytest.mark.parametrize("B,T,H", [(1, 4096, 64), (2, 1000, 96), (4, 2048, 32)], ids=lambda v: str(v))
-def test_chunk_fused_tightest_pacing(B, T, H):
+def test_chunk_fused_tightest_pacing(B, T, H, walk_warps):
     """The fused grid's producers at most 4 chunks ahead of the slowest started walk (the least its
     2-stage ring allows) wait on the walks all the time, also where more walks than fit at once start
-    late (B2 H96: 384 walks); the factors, and so the output, must not change."""
+    late (B2 H96: 384 walks of 4 warps); the factors, and so the output, must not change."""
     x, s0 = make_inputs(B, T, H, device="cuda", state_n=B, seed=B * T + H)
+    fused = 2 * TUNING_FUSED + walk_warps
     o_paced, s_paced = prefill(**x, initial_state=s0, output_final_state=True, route="chunk",
-                               tuning=2 * TUNING_FUSED + 4 * TUNING_AHEAD)
-    o, s = _check(x, s0, route="chunk", tuning=2 * TUNING_FUSED + 999 * TUNING_AHEAD)  # 999 chunks: unpaced
+                               tuning=fused + 4 * TUNING_AHEAD)
+    o, s = _check(x, s0, route="chunk", tuning=fused + 999 * TUNING_AHEAD)  # 999 chunks: unpaced
     assert torch.equal(o_paced, o) and torch.equal(s_paced, s)
 
 

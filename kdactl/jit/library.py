@@ -29,6 +29,7 @@ log = logging.getLogger("kdactl.jit")
 
 ABI_VERSION = 6  # KDACTL_ABI_VERSION in csrc/kdactl_api.h
 KDACTL_ERR_WRONG_DEVICE = 10001  # checked against the library with the constants of kdactl.kda.routes
+KDACTL_ERR_UNSUPPORTED = 10003  # a configuration the build has no kernel for on this device
 
 ToolkitProvider = Callable[[str], Toolkit]
 
@@ -96,7 +97,8 @@ SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     **{f"kdactl_kda_{route}": _KDA_ROUTE_SIGNATURE for route in ROUTES},
 }
 # The library's constants the Python side relies on: KDACTL_<name> -> the value it must have.
-EXPECTED_CONSTANTS: dict[str, int] = {**SHARED_CONSTANTS, **FUSED_CONSTANTS, "ERR_WRONG_DEVICE": KDACTL_ERR_WRONG_DEVICE}
+EXPECTED_CONSTANTS: dict[str, int] = {**SHARED_CONSTANTS, **FUSED_CONSTANTS,
+                                      "ERR_WRONG_DEVICE": KDACTL_ERR_WRONG_DEVICE, "ERR_UNSUPPORTED": KDACTL_ERR_UNSUPPORTED}
 
 
 class KernelError(Inconclusive, RuntimeError):

@@ -28,7 +28,7 @@ MAX_GRID_DIM = 65535  # heads, sequences and segment slots each map to one grid 
 CHUNK = 16  # tokens per chunk of the chunked kernels
 TUNING_AUTO = 0  # the tuning code that leaves the kernel variant to the launcher
 TUNING_STAGES = 10  # the chunked routes' tuning codes: TUNING_STAGES * pipeline stages + warps, e.g. 84
-TUNING_FUSED = 100  # route chunk's: + TUNING_FUSED * (1: its two kernels, 2: its fused grid)
+TUNING_FUSED = 100  # route chunk's: + TUNING_FUSED * (1: its two kernels, 2: its fused grid; + 8: 8-warp walks)
 TUNING_AHEAD = 1000  # its fused grid's: + TUNING_AHEAD * chunks its producers may run ahead of the walks
 
 
