@@ -34,6 +34,12 @@ __device__ __forceinline__ float ex(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x * kLog2e));
   return y;
 }
+// 1 / x as one MUFU op (rcp.approx, relative error ~2^-23); x = e^G >= e^-kExactBelow here.
+__device__ __forceinline__ float rcp(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
 
 // One (chunk, head)'s prepared factors in the workspace; every offset is a multiple of 16 bytes.
 template <int K, int V>
@@ -60,10 +66,13 @@ struct PrepSmem {
   static constexpr int KP = K + 8, VP = V + 8;  // pitches that make the fragment reads
   static constexpr int GP = K + 8;              // (scalar and paired) free of bank conflicts
   static constexpr int NP = C + 1;
+  // 16-bit g is staged in the last K / 2 floats of G's own rows (16-byte aligned): the cumsum reads
+  // all of a row's g before it writes that row, so no second buffer (4.3 KB: a producer more per SM).
+  static constexpr int kRawAt = GP - K / 2;
+  static_assert(kRawAt % 4 == 0, "16-bit g rows start 16-byte aligned");
   In q[C][KP], k[C][KP], v[C][VP];
-  GT graw[kG16 ? C : 1][KP];  // g as given, when it is 16-bit
-  float G[C][GP];
-  float N[C][NP], P[C][NP], M[C][NP], PM[C][NP];
+  float G[C][GP];             // G, then e^G from the A/P pass on
+  float NM[C][NP], PP[C][NP];  // N, then M' in its place; P, then PM = P M' in its place
   float beta[C];
 };
 
@@ -84,12 +93,13 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
   const In* v = static_cast<const In*>(a.v);
   auto src_row = [&](int r) { return (row0 + (r < ntok ? r : 0)) * H + h; };
   auto qk_src = [&](int r) { return qk_row(a, row0 + (r < ntok ? r : 0), h); };
+  auto raw_g = [&](int r) { return reinterpret_cast<GT*>(&sm.G[r][Sm::kRawAt]); };  // 16-bit g's row r
   for (int i = lane; i < C * (K / 8); i += 32) {
     const int r = i / (K / 8), j = i % (K / 8), bytes = r < ntok ? 16 : 0;
     cp_async16_zfill(&sm.q[r][j * 8], q + qk_src(r) * K + j * 8, bytes);
     cp_async16_zfill(&sm.k[r][j * 8], k + qk_src(r) * K + j * 8, bytes);
     if constexpr (kG16)
-      cp_async16_zfill(&sm.graw[r][j * 8], static_cast<const GT*>(a.g) + src_row(r) * K + j * 8, bytes);
+      cp_async16_zfill(raw_g(r) + j * 8, static_cast<const GT*>(a.g) + src_row(r) * K + j * 8, bytes);
   }
   for (int i = lane; i < C * (V / 8); i += 32) {
     const int r = i / (V / 8), j = i % (V / 8);
@@ -130,34 +140,63 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
   float* eg_out = reinterpret_cast<float*>(blk + B::kEg);
   const float scale = a.scale;
 
-  // G = cumsum of g over the chunk, 4 keys per lane; then eG and Kr, which need only G. Each lane's
-  // 4 keys move in one load or store (one per key made this loop a third of the pass's
-  // shared-memory wavefronts: 4-byte accesses 16 bytes apart conflict 4 ways).
-  bool exact = false;
-  for (int j = lane; j < K / 4; j += 32) {
-    float run[4] = {0.f, 0.f, 0.f, 0.f};
+  // G = cumsum of g over the chunk, 4 keys per lane, each lane's 4 keys moved in one access (one per
+  // key conflicted 4 ways). The 16 rows stay in registers for eG and Kr, and G goes to shared memory
+  // as e^G, which is all the later passes read (each e^x once: MUFU was a fifth of the pass), unless
+  // some key's decay within the chunk passes -kExactBelow: then as G, for the exact A and P.
+  static_assert(K <= 128, "a lane per 4 keys");
+  const int j = lane;
+  const bool gated = a.gate_mode != KDACTL_GATE_AS_GIVEN;
+  if (gated) {  // fla's gates from raw g, in a pass of their own (the cumsum below is unrolled)
+#pragma unroll 1
     for (int r = 0; r < C; ++r) {
-      float4 raw;
-      if constexpr (kG16) raw = to_f4(&sm.graw[r][4 * j]); else raw = to_f4(&sm.G[r][4 * j]);
-      const float gv[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) run[e] += r < ntok ? gate_of(a, gv[e], h, 4 * j + e) : 0.f;  // past the end: no decay
-      *reinterpret_cast<float4*>(&sm.G[r][4 * j]) = make_float4(run[0], run[1], run[2], run[3]);
+      float4 raw = {};
+      if (j < K / 4) raw = kG16 ? to_f4(raw_g(r) + 4 * j) : to_f4(&sm.G[r][4 * j]);
+      __syncwarp();  // 16-bit g: row r is read by every lane before any lane writes it
+      const bool in = r < ntok;  // past the end: no decay
+      if (j < K / 4)
+        *reinterpret_cast<float4*>(&sm.G[r][4 * j]) =
+            make_float4(in ? gate_of(a, raw.x, h, 4 * j) : 0.f, in ? gate_of(a, raw.y, h, 4 * j + 1) : 0.f,
+                        in ? gate_of(a, raw.z, h, 4 * j + 2) : 0.f, in ? gate_of(a, raw.w, h, 4 * j + 3) : 0.f);
     }
+    __syncwarp();
+  }
+  bool exact = false;
+  float Gr[C][4], run[4] = {0.f, 0.f, 0.f, 0.f};
+  if (j < K / 4) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) exact |= run[e] < -kExactBelow;
+    for (int r = 0; r < C; ++r) {  // g past the sequence's end was staged as zero: no decay
+      const float4 x = kG16 && !gated ? to_f4(raw_g(r) + 4 * j) : to_f4(&sm.G[r][4 * j]);
+      run[0] += x.x, run[1] += x.y, run[2] += x.z, run[3] += x.w;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        Gr[r][e] = run[e];
+        exact |= run[e] < -kExactBelow;  // any row's: e^-G must stay finite
+      }
+    }
     *reinterpret_cast<float4*>(eg_out + 4 * j) = make_float4(ex(run[0]), ex(run[1]), ex(run[2]), ex(run[3]));
+#pragma unroll
     for (int r = 0; r < C; ++r) {
-      const float4 kv = to_f4(&sm.k[r][4 * j]), G = to_f4(&sm.G[r][4 * j]);
+      const float4 kv = to_f4(&sm.k[r][4 * j]);
       *reinterpret_cast<uint2*>(kr_out + r * K + 4 * j) =
-          make_uint2(pack_bf16(kv.x * ex(run[0] - G.x), kv.y * ex(run[1] - G.y)),
-                     pack_bf16(kv.z * ex(run[2] - G.z), kv.w * ex(run[3] - G.w)));
+          make_uint2(pack_bf16(kv.x * ex(run[0] - Gr[r][0]), kv.y * ex(run[1] - Gr[r][1])),
+                     pack_bf16(kv.z * ex(run[2] - Gr[r][2]), kv.w * ex(run[3] - Gr[r][3])));
     }
   }
   exact = __any_sync(0xffffffffu, exact);
+  if (j < K / 4) {  // every lane has read its g of row r above (the 16-bit g's place)
+    float4* out = reinterpret_cast<float4*>(&sm.G[0][4 * j]);
+    if (!exact) {
+#pragma unroll
+      for (int r = 0; r < C; ++r) out[r * Sm::GP / 4] = make_float4(ex(Gr[r][0]), ex(Gr[r][1]), ex(Gr[r][2]), ex(Gr[r][3]));
+    } else {
+#pragma unroll
+      for (int r = 0; r < C; ++r) out[r * Sm::GP / 4] = make_float4(Gr[r][0], Gr[r][1], Gr[r][2], Gr[r][3]);
+    }
+  }
   __syncwarp();
 
-  // A (strictly lower, times beta_t) -> sm.N, and P (lower with diagonal) -> sm.P.
+  // A (strictly lower, times beta_t) -> sm.NM, and P (lower with diagonal) -> sm.PP.
   if (!exact) {
     float acc_a[2][4] = {}, acc_p[2][4] = {};
 #pragma unroll 4
@@ -168,13 +207,12 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = g + half * 8, col = 8 * kk + 2 * t;
-        const float2 G = *reinterpret_cast<const float2*>(&sm.G[r][col]);
+        const float2 e = *reinterpret_cast<const float2*>(&sm.G[r][col]);  // e^G
         const float2 kv = to_f2(&sm.k[r][col]);
         const float2 qv = to_f2(&sm.q[r][col]);
-        const float e0 = ex(G.x), e1 = ex(G.y);
-        ak[half] = to_tf32(kv.x * e0), ak[half + 2] = to_tf32(kv.y * e1);
-        aq[half] = to_tf32(qv.x * scale * e0), aq[half + 2] = to_tf32(qv.y * scale * e1);
-        ki[half] = to_tf32(kv.x * ex(-G.x)), ki[half + 2] = to_tf32(kv.y * ex(-G.y));
+        ak[half] = to_tf32(kv.x * e.x), ak[half + 2] = to_tf32(kv.y * e.y);
+        aq[half] = to_tf32(qv.x * scale * e.x), aq[half + 2] = to_tf32(qv.y * scale * e.y);
+        ki[half] = to_tf32(kv.x * rcp(e.x)), ki[half + 2] = to_tf32(kv.y * rcp(e.y));
       }
       // B = (K e^-G)^T: tokens 0-7 are rows g of this lane's positions, tokens 8-15 rows g+8.
       mma_tf32(acc_a[0], ak, ki[0], ki[2]);
@@ -187,8 +225,8 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int tt = g + (i >> 1) * 8, ss = 8 * nt + 2 * t + (i & 1);
-        sm.N[tt][ss] = ss < tt ? sm.beta[tt] * acc_a[nt][i] : 0.f;
-        sm.P[tt][ss] = ss <= tt ? acc_p[nt][i] : 0.f;
+        sm.NM[tt][ss] = ss < tt ? sm.beta[tt] * acc_a[nt][i] : 0.f;
+        sm.PP[tt][ss] = ss <= tt ? acc_p[nt][i] : 0.f;
       }
   } else {
     for (int p = lane; p < C * C; p += 32) {
@@ -201,13 +239,19 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
           sp = fmaf(to_f(sm.q[tt][i]), ks, sp);
         }
       }
-      sm.N[tt][ss] = ss < tt ? sm.beta[tt] * sa : 0.f;
-      sm.P[tt][ss] = ss <= tt ? scale * sp : 0.f;
+      sm.NM[tt][ss] = ss < tt ? sm.beta[tt] * sa : 0.f;
+      sm.PP[tt][ss] = ss <= tt ? scale * sp : 0.f;
+    }
+    __syncwarp();  // G is read no more: e^G in its place, as the other path left it
+    for (int i = lane; i < C * (K / 4); i += 32) {
+      float4* x = reinterpret_cast<float4*>(&sm.G[i / (K / 4)][i % (K / 4) * 4]);
+      const float4 G = *x;
+      *x = make_float4(ex(G.x), ex(G.y), ex(G.z), ex(G.w));
     }
   }
   __syncwarp();
 
-  // M' = (I + N)^-1 Diag(beta) by forward substitution: lane j < C owns column j.
+  // M' = (I + N)^-1 Diag(beta) by forward substitution: lane j < C owns column j; M' replaces N.
   {
     const int j = lane & (C - 1);
     float m[C];
@@ -215,13 +259,14 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     for (int r = 0; r < C; ++r) {
       float x = r == j ? 1.f : 0.f;
 #pragma unroll
-      for (int s = 0; s < r; ++s) x = fmaf(-sm.N[r][s], m[s], x);
+      for (int s = 0; s < r; ++s) x = fmaf(-sm.NM[r][s], m[s], x);
       m[r] = x;
     }
+    __syncwarp();  // every lane has read N
     if (lane < C) {
       const float b = sm.beta[j];
 #pragma unroll
-      for (int r = 0; r < C; ++r) sm.M[r][j] = m[r] * b;
+      for (int r = 0; r < C; ++r) sm.NM[r][j] = m[r] * b;
     }
   }
   __syncwarp();
@@ -234,22 +279,24 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
       for (int p = 0; p < 4; ++p) f[ks][p] = to_tf32(sign * X[g + (p & 1) * 8][8 * ks + t + (p >> 1) * 4]);
   };
   uint32_t am[2][4], apm[2][4];
-  {  // PM = P M'
+  {  // PM = P M', in P's place
     uint32_t ap[2][4];
-    a_frags(sm.P, ap, 1.f);
+    a_frags(sm.PP, ap, 1.f);
+    float acc[2][4] = {};
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      float acc[4] = {};
+    for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
       for (int ks = 0; ks < 2; ++ks)
-        mma_tf32(acc, ap[ks], to_tf32(sm.M[8 * ks + t][8 * nt + g]), to_tf32(sm.M[8 * ks + t + 4][8 * nt + g]));
+        mma_tf32(acc[nt], ap[ks], to_tf32(sm.NM[8 * ks + t][8 * nt + g]), to_tf32(sm.NM[8 * ks + t + 4][8 * nt + g]));
+    __syncwarp();  // every lane has read P
 #pragma unroll
-      for (int i = 0; i < 4; ++i) sm.PM[g + (i >> 1) * 8][8 * nt + 2 * t + (i & 1)] = acc[i];
-    }
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sm.PP[g + (i >> 1) * 8][8 * nt + 2 * t + (i & 1)] = acc[nt][i];
   }
   __syncwarp();
-  a_frags(sm.M, am, 1.f);
-  a_frags(sm.PM, apm, -1.f);
+  a_frags(sm.NM, am, 1.f);
+  a_frags(sm.PP, apm, -1.f);
 
   // W = M' (K e^G) and Q' = scale Q e^G - PM (K e^G), one key n-tile at a time. The products are
   // staged in shared memory where their inputs were, each n-tile overwriting only what its own loads
@@ -269,16 +316,16 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = g + half * 8;
-      const float2 G = *reinterpret_cast<const float2*>(&sm.G[r][c0]);
+      const float2 e = *reinterpret_cast<const float2*>(&sm.G[r][c0]);  // e^G
       const float2 qv = to_f2(&sm.q[r][c0]);
-      qp[2 * half] = qv.x * scale * ex(G.x);
-      qp[2 * half + 1] = qv.y * scale * ex(G.y);
+      qp[2 * half] = qv.x * scale * e.x;
+      qp[2 * half + 1] = qv.y * scale * e.y;
     }
 #pragma unroll
     for (int ks = 0; ks < 2; ++ks) {
       const int s0 = 8 * ks + t, s1 = s0 + 4;
-      const uint32_t b0 = to_tf32(to_f(sm.k[s0][col]) * ex(sm.G[s0][col]));
-      const uint32_t b1 = to_tf32(to_f(sm.k[s1][col]) * ex(sm.G[s1][col]));
+      const uint32_t b0 = to_tf32(to_f(sm.k[s0][col]) * sm.G[s0][col]);
+      const uint32_t b1 = to_tf32(to_f(sm.k[s1][col]) * sm.G[s1][col]);
       mma_tf32(w, am[ks], b0, b1);
       mma_tf32(qp, apm[ks], b0, b1);
     }

@@ -9,18 +9,18 @@ namespace {
 
 // Walks of 4 warps (one per 64-value slice) or 8 (all 128 values: one walk per head, the K-side
 // factors loaded once for both slices), a 2-stage ring (the factors come from L2, just written), and
-// as many producers as the shared memory then holds, at most 6. Side by side at B1 T8192 H64 with
-// 4-warp walks (scripts/tune_chunk.py, csrc/PERF.md): 0.726 ms, against 0.89 with 4 stages and 4
-// producers, 0.74-0.77 with 7 producers or 3-4 stages. Beside 8-warp walks 6 producers (14 warps, 128
-// registers a thread) beat 4 (12 warps, 168) everywhere: B2 T16384 H64 2.69 ms against 3.46, B1 T8192
-// H96 1.23 against 1.35; 16-bit g leaves room for 5 there. K = 64 takes 4: with 6 (10 warps, 168
-// registers) its walk spilled 156 bytes.
-constexpr int kStages = 2, kProducersMax = 6;
+// room for as many producers as the shared memory then holds, at most 8 (12 warps keep 168 registers
+// a thread, 13-16 get 128: 8 beside 4-warp walks, 7 beside 8-warp ones); the policy (fused_producers)
+// says how many run beside a walk. Side by side at B1 T8192 H64 with 4-warp walks
+// (scripts/tune_chunk.py, csrc/PERF.md): 2 stages 0.726 ms, against 0.89 with 4 stages and 4
+// producers, 0.74 with 3. K = 64 takes 4: with 6 (10 warps, 168 registers) its walk spilled 156 bytes.
+constexpr int kStages = 2, kProducersMax = 8;
 constexpr size_t kSmemOptin = 227 * 1024;  // sm_90 and sm_100; smaller parts get no fused grid
+constexpr size_t kStaticSmem = 1024;       // the walk's own __shared__ (longest_first), with room to spare
 template <int K, int WARPS, typename GT, typename In>
 constexpr int producers() {
   if (K == 64) return 4;
-  const size_t fit = (kSmemOptin - recur_smem<K, WARPS, kStages>()) / sizeof(PrepSmem<K, K, GT, In>);
+  const size_t fit = (kSmemOptin - kStaticSmem - recur_smem<K, WARPS, kStages>()) / sizeof(PrepSmem<K, K, GT, In>);
   return fit < kProducersMax ? static_cast<int>(fit) : kProducersMax;
 }
 // Grid: one CTA per walk, and producer-only CTAs up to one wave's worth when the walks are fewer.
@@ -32,8 +32,6 @@ int launch_as(const kdactl_kda_args& a, int sms, int optin, cudaStream_t stream)
     using GT = decltype(g_type);
     using In = decltype(in_type);
     constexpr int PROD = producers<K, WARPS, GT, In>();
-    // The launcher's own choice only with every producer: 8-warp walks with 5 were not measured.
-    if (a.tuning == KDACTL_TUNING_AUTO && PROD < producers<K, 4, GT, In>()) { rc = KDACTL_ERR_UNSUPPORTED; return; }
     auto kernel = kda_chunk_fused<K, V, GT, In, WARPS, kStages, PROD>;
     constexpr size_t smem = fused_smem<K, V, GT, In, WARPS, kStages, PROD>();
     constexpr int threads = (WARPS + PROD) * 32;
@@ -47,11 +45,12 @@ int launch_as(const kdactl_kda_args& a, int sms, int optin, cudaStream_t stream)
     unsigned char* sync = ws + blocks_bytes<K, V>(a);
     int* done = reinterpret_cast<int*>(sync + 16);
     const FusedSync fs{reinterpret_cast<unsigned long long*>(sync), reinterpret_cast<int*>(sync + 8), done,
-                       done + num_slots(a) * a.heads, fused_ahead(a, units, sms)};
+                       done + num_slots(a) * a.heads, fused_ahead(a)};
     if ((rc = cudaMemsetAsync(sync, 0, fused_sync_bytes(a), stream))) return;
     Segments whole;
     whole.longest_first = a.cu_seqlens != nullptr && units > wave;
-    kernel<<<static_cast<unsigned>(grid), threads, smem, stream>>>(a, ws, fs, whole, units);
+    kernel<<<static_cast<unsigned>(grid), threads, smem, stream>>>(a, ws, fs, whole, units,
+                                                                   fused_producers(a, WARPS, PROD));
     rc = kdactl_launch_status();
   });
   return rc;

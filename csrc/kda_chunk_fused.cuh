@@ -4,10 +4,11 @@
 // soon after they were written instead of after the whole pass.
 //
 // CTA b < units walks one (sequence, head, value slice) on its first WARPS warps, as kda_chunk_recur
-// does. Every CTA's last PROD warps prepare chunks meanwhile, and the CTAs past `units` (filling the
-// SMs the walks leave idle) only prepare. (Fewer producers beside a walk were slower at B1 T8192 H64:
-// 1.07 ms with 3 of 6, 0.73 with all 6.) One counter hands out the jobs in chunk-major order (chunk
-// c of every sequence and head before chunk c + 1), so the walks find their next chunks prepared.
+// does, and up to PROD warps after them prepare chunks meanwhile (kda_chunk_policy.h says how many);
+// the CTAs past `units` (filling the SMs the walks leave idle) only prepare, on all PROD warps and on
+// as many walk warps as the walk's shared memory holds. One counter hands out the jobs in chunk-major
+// order (chunk c of every sequence and head before chunk c + 1), so the walks find their next chunks
+// prepared.
 //
 // Nothing waits on another CTA being scheduled, whatever the grid's residency: a walk waits only on
 // jobs already handed to producer warps that are running, and a producer (FusedSync::ahead) only on
@@ -76,23 +77,31 @@ constexpr size_t fused_smem() {
   return recur_smem<K, WARPS, STAGES>() + PROD * sizeof(PrepSmem<K, V, GT, In>);
 }
 
+// CTA b < units: a walk on warps 0 .. WARPS - 1 and `producers` (at most PROD) producers after them;
+// the other CTAs: PROD producers, and as many of the walk warps as the walk's shared memory holds.
 template <int K, int V, typename GT, typename In, int WARPS, int STAGES, int PROD>
 __global__ void __launch_bounds__((WARPS + PROD) * 32)
-    kda_chunk_fused(const kdactl_kda_args a, unsigned char* ws, const FusedSync fs, const Segments sg, int64_t units) {
+    kda_chunk_fused(const kdactl_kda_args a, unsigned char* ws, const FusedSync fs, const Segments sg, int64_t units,
+                    int producers) {
 #ifdef KDACTL_ARCH_MISMATCH
   __trap();
 #else
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  using Sm = PrepSmem<K, V, GT, In>;
+  constexpr int kWalkless = recur_smem<K, WARPS, STAGES>() / sizeof(Sm);  // producers in the walk's place
   const int warp = threadIdx.x >> 5;
-  if (warp >= WARPS) {
-    using Sm = PrepSmem<K, V, GT, In>;
-    Sm* sm = reinterpret_cast<Sm*>(smem_raw + recur_smem<K, WARPS, STAGES>()) + (warp - WARPS);
-    produce<K, V, GT, In>(a, ws, fs, *sm);
-  } else if (blockIdx.x < units) {
+  Sm* prod = reinterpret_cast<Sm*>(smem_raw + recur_smem<K, WARPS, STAGES>());
+  if (blockIdx.x < units) {
+    if (warp >= WARPS + producers) return;
+    if (warp >= WARPS) return produce<K, V, GT, In>(a, ws, fs, prod[warp - WARPS]);
     constexpr int kSlices = V / (16 * WARPS);
     const int64_t b = blockIdx.x;
     recur<K, V, WARPS, STAGES, Pass::kWhole>(a, ws, sg, smem_raw, static_cast<int>(b % kSlices),
                                              static_cast<int>(b / kSlices % a.heads), b / kSlices / a.heads, &fs);
+  } else if (warp >= WARPS) {
+    produce<K, V, GT, In>(a, ws, fs, prod[warp - WARPS]);
+  } else if (warp < kWalkless) {
+    produce<K, V, GT, In>(a, ws, fs, reinterpret_cast<Sm*>(smem_raw)[warp]);
   }
 #endif
 }

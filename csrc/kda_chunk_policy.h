@@ -29,47 +29,62 @@ inline int64_t recur_units(const kdactl_kda_args& a, int V, int warps) {
 // The two kernels' recurrence. Warps per CTA: more CTAs per head shorten nothing on the sequential
 // chain but fill more SMs; fewer re-read the shared K-side factors less often. 4 warps once that
 // gives half the SMs a CTA (measured at B1 T8192 H64, scripts/tune_chunk.py: 0.911 ms against 0.945
-// with 2 warps). When every CTA has an SM to itself it takes the deep pipeline; otherwise two or
-// three share an SM and hide each other's latency.
+// with 2 warps), 8 (all 128 values of a head) where 4-warp CTAs outnumber the SMs and 8-warp ones
+// fit one wave (B1 T8192 H96 1.168 ms against 1.182, B2 T16384 H64 2.700 against 2.733, B8 T4096 H12
+// 0.600 against 0.608; csrc/PERF.md). A CTA of 4 warps or fewer with an SM to itself takes the deep
+// pipeline; otherwise two or three share an SM and hide each other's latency (8-warp CTAs: 4 stages,
+// 1.168 ms against 1.178 with 8 at H96).
 inline RecurShape pick_recur(const kdactl_kda_args& a, int sm_count) {
   const int V = a.value_dim;
-  const int warps = tuned({2 * recur_units(a, V, 4) >= sm_count ? 4 : 2, 4}, a.tuning).warps;
-  return tuned({warps, recur_units(a, V, warps) <= sm_count ? 8 : 4}, a.tuning);
+  const int64_t units4 = recur_units(a, V, 4);
+  const bool one_walk_a_head = units4 > sm_count && V % 128 == 0 && recur_units(a, V, 8) <= sm_count;
+  const int warps = tuned({one_walk_a_head ? 8 : 2 * units4 >= sm_count ? 4 : 2, 4}, a.tuning).warps;
+  return tuned({warps, warps < 8 && recur_units(a, V, warps) <= sm_count ? 8 : 4}, a.tuning);
 }
 
 // The fused grid's walk width (kda_chunk_fused.cu), or 0 for the two kernels. The tuning code's
 // KDACTL_TUNING_FUSED digit asks for the two kernels (1) or the fused grid (2: walks of 8 warps when
-// its warps digit is 8, else 4). Auto takes the fused grid where it was measured faster
-// (scripts/tune_chunk.py --shapes ab|wide, csrc/PERF.md): fixed-length batches whose walks fill 2/3
-// of the SMs or more within one wave and run 128 chunks or more (B1 T8192 H64: 0.72 ms against 0.83,
-// H48: 0.62 against 0.73, T2048 H64: 0.20 against 0.23). With fewer walks the producers do not keep
-// up (H32, 64 walks: 0.573 against 0.565), with fewer chunks the grid's start-up is not paid back
-// (T1024 H64: 0.123 against 0.124). Where 4-warp walks outnumber the SMs the second wave's walks would
-// start only when the first's end (H96: 1.47 against 1.25), so there a walk takes all 128 values if
-// that fills the SMs so (B2 T16384 H64, 128 walks: 2.70 against 2.89; B1 T8192 H96, 96: 1.23 against
-// 1.25; B1 T8192 H80, 80 walks: 1.148 against 1.145, so not taken).
+// its warps digit is 8, else 4). Auto takes it where it was measured faster (scripts/tune_chunk.py
+// --shapes ab|wide, csrc/PERF.md): fixed-length batches whose 4-warp walks fill 2/3 of the SMs or
+// more within one wave and run 256 chunks or more (B1 T8192 H64: 0.748 ms against 0.778, H48 0.658
+// against 0.688, T4096 H64 0.401 against 0.403). With fewer walks the producers do not keep up (H32,
+// 64 walks: 0.586 against 0.541), with fewer chunks the grid's start-up is not paid back (T2048 H64:
+// 0.226 against 0.213). Where 4-warp walks outnumber the
+// SMs the second wave's walks would start only when the first's end (H96: 1.47 against 1.25), and
+// walks of 8 warps are slower than the two kernels since the prepare got faster (B1 T8192 H96 1.20 ms
+// against 1.17, B2 T16384 H64 2.76 against 2.70, at the best pacing).
 inline int fused_walk_warps(const kdactl_kda_args& a, int sms) {
   const int f = a.tuning % KDACTL_TUNING_AHEAD / KDACTL_TUNING_FUSED;
   if (f != 0) return f != 2 ? 0 : a.tuning % KDACTL_TUNING_STAGES == 8 ? 8 : 4;
-  if (a.key_dim != 128 || a.cu_seqlens != nullptr || a.seqlen < 128 * KDACTL_CHUNK) return 0;
-  auto fills = [&](int64_t walks) { return 3 * walks >= 2 * sms && walks <= sms; };
+  if (a.key_dim != 128 || a.cu_seqlens != nullptr || a.seqlen < 256 * KDACTL_CHUNK) return 0;
   const int64_t walks = recur_units(a, a.value_dim, 4);
-  return fills(walks) ? 4 : walks > sms && fills(recur_units(a, a.value_dim, 8)) ? 8 : 0;
+  return 3 * walks >= 2 * sms && walks <= sms ? 4 : 0;
 }
 
 // How many chunks the fused grid's producers may run ahead of the slowest started walk; 0: no limit.
-// Pacing keeps the factors not yet read in L2 (1.3 MB a chunk at H64) and leaves the walks more issue
-// slots. It pays where the SMs without a walk hold many producers: at B1 T8192 H48 and H56 (96 and
-// 112 walks) 24 chunks took 0.620 and 0.667 ms against 0.664 and 0.710 unpaced; with 128 walks it
-// costs (H64: 0.728 against 0.721, T2048 H64: 0.214 against 0.201), and 8 or 16 chunks starve the
-// walks (H64: 1.61, 0.85). The tuning code's KDACTL_TUNING_AHEAD digits ask for a limit, at least
-// kAheadMin: a walk waiting on chunk c has counted itself past c - 3 only, with 2 stages. Varlen
-// walks end at their own chunk counts, which the count of started walks cannot tell apart: no limit.
-constexpr int kAheadMin = 4;
-inline int fused_ahead(const kdactl_kda_args& a, int64_t walks, int sms) {
-  const int asked = a.tuning / KDACTL_TUNING_AHEAD > 0 ? a.tuning / KDACTL_TUNING_AHEAD
-                                                       : walks + sms / 8 <= sms ? 24 : 0;
-  return a.cu_seqlens != nullptr || asked == 0 ? 0 : asked < kAheadMin ? kAheadMin : asked;
+// Pacing keeps the factors not yet read in L2 (1.3 MB a chunk at H64): unpaced, the producers finish
+// long before the walks, whose later chunks then come from HBM (B1 T8192 H64: 0.805 ms unpaced, 0.756
+// paced at 24 chunks). 12 or 16 chunks starve the walks (1.108, 0.915 ms). The tuning code's
+// KDACTL_TUNING_AHEAD digits ask for a limit, at least kAheadMin: a walk waiting on chunk c has
+// counted itself past c - 3 only, with 2 stages. Varlen walks end at their own chunk counts, which the
+// count of started walks cannot tell apart: no limit.
+constexpr int kAheadMin = 4, kAheadAuto = 24;
+inline int fused_ahead(const kdactl_kda_args& a) {
+  const int digits = a.tuning % KDACTL_TUNING_PRODUCERS / KDACTL_TUNING_AHEAD;
+  const int asked = digits > 0 ? digits : kAheadAuto;
+  return a.cu_seqlens != nullptr ? 0 : asked < kAheadMin ? kAheadMin : asked;
+}
+
+// Producer warps beside each walk, of the `most` that the fused grid's shared memory holds (CTAs
+// without a walk run them all, and their walk warps prepare too). 6 beside a 4-warp walk (B1 T8192
+// H64: 0.786 ms unpaced against 0.798 with 7 and 0.811 with 8; 0.870 against 0.915 with 8, paced at
+// 16): more only crowd the walk. All beside an 8-warp walk (5 to 7 time alike). The tuning code's
+// KDACTL_TUNING_PRODUCERS digit asks for a number.
+constexpr int kProducersBesideWalk4 = 6;
+inline int fused_producers(const kdactl_kda_args& a, int walk_warps, int most) {
+  const int asked = a.tuning / KDACTL_TUNING_PRODUCERS;
+  const int want = asked > 0 ? asked : walk_warps == 4 ? kProducersBesideWalk4 : most;
+  return want < most ? want : most;
 }
 
 }  // namespace chunk

@@ -13,15 +13,17 @@ export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$PWD/.cache/triton KDACTL_DATA_DIR=/t
 S=/tmp/visit; mkdir -p $S $KDACTL_DATA_DIR
 exec > >(tee -a $OUT/visit.log) 2>&1
 python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v WARNING
+chmod -R go-w .cache .wip 2>/dev/null  # kernel caches built here and carried: the cache refuses writable ones
 python3 -c "import cupti" 2>/dev/null && echo "NOTE: cupti-python is on this image" || echo "cupti-python: not installed (as on the image)"
 peers() { PYTHONPATH=/tmp/site "$@"; }  # fla and its wheels, for peer timing only
 warm=()  # the fla warm-ups still running: nothing is timed beside them
-if [ -d .whl ] && [[ " $* " =~ " small-bh "|" serving "|" host "|" fla-tests " ]]; then
+if [ -d .whl ] && [[ " $* " =~ " small-bh "|" serving "|" host "|" fla-tests "|" warm-fla " ]]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   heads=""  # the head counts the chosen bench sections time fla at
   [[ " $* " =~ " small-bh " ]] && heads+=" 1 4 8"
   [[ " $* " =~ " serving " ]] && heads+=" 12 64 96"
   [[ " $* " =~ " host " ]] && heads+=" 4"
+  [[ " $* " =~ " warm-fla " ]] && heads+=" 1 4 8 12 64 96"  # compiled into .cache/triton for a later call
   for h in $(printf "%s\n" $heads | sort -un); do peers timeout 150 python3 scripts/warm_fla.py $h > $S/warm_$h.log 2>&1 & warm+=($!); done
 fi
 TIMEFORMAT="wall %R s"
@@ -33,6 +35,7 @@ summary() {  # a certificate: verdict, reason, and each result
 }
 certify_full() {  # name, then env assignments for the run
   local n=$1; shift
+  [ ${#warm[@]} -gt 0 ] && { wait "${warm[@]}"; warm=(); }  # no fla warm-up beside certify's perf stage
   (s0=$SECONDS; env "$@" timeout 200 kdactl certify --expect-gpus 1 --expect-sku H200 --out $S/$n.json --json > $S/$n.out 2>$S/$n.err
    echo "certify $n rc=$? ($((SECONDS-s0)) s)"); cp $S/$n.json $OUT/$n.json 2>/dev/null; summary $S/$n.json perf health
 }
@@ -104,7 +107,9 @@ while True: a=(a@a).clamp_(-1,1)" > $S/cotenant.log 2>&1 & ct=$!
         pids+=($!)
       done; wait "${pids[@]}"
       for f in $S/f_*.json; do python3 -c "import json;d=json.load(open('$f'));print('$f', d['verdict'], d['reason'][:300])"; done ;;
+    warm-fla) ;;  # the warm-ups started above run on beside the next sections
     baseline)
+      [ ${#warm[@]} -gt 0 ] && { wait "${warm[@]}"; warm=(); }
       timeout 60 kdactl bench --suite smoke --peers none --iters 8 --record-baseline --baseline fleet/baselines/H200.toml > /dev/null; echo record rc=$?
       cp fleet/baselines/H200.toml $OUT/H200.toml
       python3 -c "import re;t=open('fleet/baselines/H200.toml').read();open('$S/fast.toml','w').write(re.sub(r'median_ms = ([0-9.eE+-]+)',lambda m:f'median_ms = {float(m[1])/2!r}',t))"
@@ -116,11 +121,13 @@ while True: a=(a@a).clamp_(-1,1)" > $S/cotenant.log 2>&1 & ct=$!
         --junitxml=$OUT/kernels.xml -o junit_logging=system-out 2>&1 | grep -vE "^(tests|\s)" | tail -25
       python3 scripts/error_ratios.py $OUT/kernels.xml 2>/dev/null | tail -2 ;;
     fused-ab)  # issue 17: the chunk route's fused grid against its two kernels and the launcher's pick
-      time timeout ${AB_TIMEOUT:-240} python3 scripts/tune_chunk.py --shapes ${SHAPES:-ab} --tunings ${TUNINGS:-0,100,200} ;;
+      [ ${#warm[@]} -gt 0 ] && { wait "${warm[@]}"; warm=(); }
+      time timeout ${AB_TIMEOUT:-240} python3 scripts/tune_chunk.py --shapes ${SHAPES:-ab} --tunings ${FTUNINGS:-${TUNINGS:-0,100,200}} ;;
     patch-ab)  # this tree's kernels against the same tree with $PATCH applied, built beside it, arms new/patched x2
+      [ ${#warm[@]} -gt 0 ] && { wait "${warm[@]}"; warm=(); }
       rm -rf /tmp/old && mkdir /tmp/old && cp -r kdactl csrc checks fleet scripts pyproject.toml /tmp/old/
       (patch -d /tmp/old -p1 -s < ${PATCH:?PATCH=file}) || { echo "$PATCH did not apply"; continue; }
-      old() { PYTHONPATH=/tmp/old KDACTL_CACHE_DIR=/tmp/oldcache "$@"; }
+      old() { PYTHONPATH=/tmp/old KDACTL_CACHE_DIR=${OLDCACHE:-/tmp/oldcache} "$@"; }  # OLDCACHE: a carried build
       time old timeout 200 kdactl build | tail -2
       for arm in new patched new patched; do
         [ $arm = new ] && run=() || run=(old)
@@ -158,6 +165,14 @@ while True: a=(a@a).clamp_(-1,1)" > $S/cotenant.log 2>&1 & ct=$!
 from kdactl.kda import prefill; from kdactl.kda.inputs import random_inputs
 x,_,_ = random_inputs(1, 8192, 64, device='cuda')
 for _ in range(3): prefill(**x, route='chunk')" > $OUT/ncu.txt 2>&1; echo rc=$?; grep -E "^  [a-z_]+|Duration|Stall|stalled|Throughput|Achieved Occ|Registers|Warp Cycles|Eligible|Issued Warp|Pipe|Ipc|Issue Slots|SM Busy|Executed Instructions" $OUT/ncu.txt | head -120 ;;
+    ncu-src)  # issue 17: every counter of the two-kernel path's kernels at B1 T8192 H96, with the source view
+      timeout 200 ncu --clock-control none --set full --import-source yes -k regex:"kda_chunk_(prepare|recur)" \
+        --launch-skip 2 --launch-count 2 -f -o $OUT/chunk python3 -c "
+from kdactl.kda import prefill; from kdactl.kda.inputs import random_inputs
+x,_,_ = random_inputs(1, 8192, 96, device='cuda')
+for _ in range(3): prefill(**x, route='chunk')" > $S/ncu.log 2>&1; echo "ncu rc=$?"; tail -2 $S/ncu.log
+      ncu -i $OUT/chunk.ncu-rep --page details > $OUT/ncu_details.txt 2>&1; grep -E "^  [a-z_]+|Duration|Registers|Achieved Occ|Theoretical Occ|Issue Slots Busy|L1/TEX Hit|Mem Busy|Max Bandwidth|DRAM Throughput" $OUT/ncu_details.txt | head -40
+      ncu -i $OUT/chunk.ncu-rep --page source --csv --print-source sass > $S/src.csv 2>&1; gzip -c $S/src.csv > $OUT/ncu_src.csv.gz; wc -c $S/src.csv ;;
     small-bh) grep -h warmed $S/warm_*.log; bench small-bh --iters 5 --warmup 1 ;;
     host) grep -h warmed $S/warm_*.log; bench host --host --warmup 3 ;;
     serving) grep -h warmed $S/warm_*.log; bench serving --iters 12 --warmup 2 ;;

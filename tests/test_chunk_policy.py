@@ -1,6 +1,6 @@
 """Route chunk's launch policy (csrc/kda_chunk_policy.h), compiled on the CPU with the host C++
 compiler: which kernels the launcher runs, with how many warps a walk, how far the fused grid's
-producers may run ahead, and how the tuning codes override each choice."""
+producers may run ahead and how many run beside a walk, and how the tuning codes override each choice."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from kdactl.kda.routes import TUNING_AHEAD, TUNING_FUSED, TUNING_STAGES
+from kdactl.kda.routes import TUNING_AHEAD, TUNING_FUSED, TUNING_PRODUCERS, TUNING_STAGES
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 H200_SMS = 132
@@ -17,44 +17,50 @@ FUSED = 2 * TUNING_FUSED
 TWO_KERNELS = TUNING_FUSED
 
 # (batch, seqlen, heads, key/value dim, varlen, tuning, SMs) -> (fused walk warps, producers' lead in
-# chunks, two-kernel recurrence warps, its stages). The lead and the recurrence are what the launcher
-# would use for the fused grid (at its walk width, 4 when it takes the two kernels) and the two kernels.
+# chunks, two-kernel recurrence warps, its stages, producers beside a fused walk). The lead and the
+# recurrence are what the launcher would use for the fused grid and for the two kernels; the producers
+# are out of the 8 (4-warp walks) or 7 (8-warp walks) that the grid holds on the H200, 0 without it.
 CASES = {
-    # the serving shapes: 4-warp walks where they fill one wave, else one walk per head
-    (1, 8192, 64, 128, False, 0, H200_SMS): (4, 0, 4, 8),
-    (1, 8192, 96, 128, False, 0, H200_SMS): (8, 24, 4, 4),
-    (2, 16384, 64, 128, False, 0, H200_SMS): (8, 0, 4, 4),
-    (8, 4096, 12, 128, False, 0, H200_SMS): (8, 24, 4, 4),
-    (6, 8192, 96, 128, True, 0, H200_SMS): (0, 0, 4, 4),  # varlen: the two kernels, and never paced
-    # the boundaries: 2/3 of the SMs (88 walks), one wave, 128 chunks
-    (1, 8192, 44, 128, False, 0, H200_SMS): (4, 24, 4, 8),
-    (1, 8192, 43, 128, False, 0, H200_SMS): (0, 24, 4, 8),
-    (1, 8192, 66, 128, False, 0, H200_SMS): (4, 0, 4, 8),  # 132 walks: still one wave
-    (1, 8192, 67, 128, False, 0, H200_SMS): (0, 0, 4, 4),  # 134 4-warp walks, 67 8-warp ones
-    (1, 8192, 88, 128, False, 0, H200_SMS): (8, 24, 4, 4),
-    (1, 8192, 80, 128, False, 0, H200_SMS): (0, 0, 4, 4),  # 80 heads: measured no faster fused
-    (1, 8192, 134, 128, False, 0, H200_SMS): (0, 0, 4, 4),  # more heads than SMs
-    (1, 2048, 64, 128, False, 0, H200_SMS): (4, 0, 4, 8),
-    (1, 2047, 64, 128, False, 0, H200_SMS): (0, 0, 4, 8),
-    (1, 8192, 128, 64, False, 0, H200_SMS): (0, 0, 4, 8),  # K = 64 has no fused grid of its own choice
-    (1, 8192, 64, 128, False, 0, 148): (4, 24, 4, 8),  # B200: 128 walks leave 20 SMs without one
+    # the serving shapes: the fused grid where 4-warp walks fill one wave, else the two kernels, whose
+    # recurrence takes one 8-warp walk per head where that fits one wave
+    (1, 8192, 64, 128, False, 0, H200_SMS): (4, 24, 4, 8, 6),
+    (1, 8192, 96, 128, False, 0, H200_SMS): (0, 24, 8, 4, 0),
+    (2, 16384, 64, 128, False, 0, H200_SMS): (0, 24, 8, 4, 0),
+    (8, 4096, 12, 128, False, 0, H200_SMS): (0, 24, 8, 4, 0),
+    (6, 8192, 96, 128, True, 0, H200_SMS): (0, 0, 4, 4, 0),  # varlen: the two kernels, and never paced
+    # the boundaries: 2/3 of the SMs (88 walks), one wave, 256 chunks
+    (1, 8192, 44, 128, False, 0, H200_SMS): (4, 24, 4, 8, 6),
+    (1, 8192, 43, 128, False, 0, H200_SMS): (0, 24, 4, 8, 0),
+    (1, 8192, 66, 128, False, 0, H200_SMS): (4, 24, 4, 8, 6),  # 132 walks: still one wave
+    (1, 8192, 67, 128, False, 0, H200_SMS): (0, 24, 8, 4, 0),  # 134 4-warp walks, 67 8-warp ones
+    (1, 8192, 88, 128, False, 0, H200_SMS): (0, 24, 8, 4, 0),
+    (1, 8192, 134, 128, False, 0, H200_SMS): (0, 24, 4, 4, 0),  # more heads than SMs
+    (1, 4096, 64, 128, False, 0, H200_SMS): (4, 24, 4, 8, 6),
+    (1, 4095, 64, 128, False, 0, H200_SMS): (0, 24, 4, 8, 0),
+    (1, 8192, 128, 64, False, 0, H200_SMS): (0, 24, 4, 8, 0),  # K = 64: no fused grid of its own choice
+    (1, 8192, 256, 64, False, 0, H200_SMS): (0, 24, 4, 4, 0),  # nor 8-warp walks (V = 64 is 4 warps)
+    (1, 8192, 64, 128, False, 0, 148): (4, 24, 4, 8, 6),  # B200
     # small batch x heads: few walks, two kernels with 2-warp CTAs
-    (1, 65536, 8, 128, False, 0, H200_SMS): (0, 24, 2, 8),
+    (1, 65536, 8, 128, False, 0, H200_SMS): (0, 24, 2, 8, 0),
     # tuning codes
-    (1, 8192, 96, 128, False, TWO_KERNELS, H200_SMS): (0, 0, 4, 4),
-    (1, 8192, 96, 128, False, FUSED, H200_SMS): (4, 0, 4, 4),
-    (1, 8192, 96, 128, False, FUSED + 8, H200_SMS): (8, 24, 8, 8),
-    (1, 1024, 4, 128, True, FUSED + 8, H200_SMS): (8, 0, 8, 8),
-    (1, 8192, 64, 128, False, FUSED + 2 * TUNING_AHEAD, H200_SMS): (4, 4, 4, 8),  # at least 4 chunks
-    (1, 8192, 64, 128, False, FUSED + 48 * TUNING_AHEAD, H200_SMS): (4, 48, 4, 8),
-    (1, 8192, 64, 128, False, 8 * TUNING_STAGES + 2, H200_SMS): (4, 0, 2, 8),
-    (1, 8192, 64, 128, False, 4 * TUNING_STAGES + 8, H200_SMS): (4, 0, 8, 4),
+    (1, 8192, 96, 128, False, TWO_KERNELS, H200_SMS): (0, 24, 8, 4, 0),
+    (1, 8192, 96, 128, False, FUSED, H200_SMS): (4, 24, 8, 4, 6),
+    (1, 8192, 96, 128, False, FUSED + 8, H200_SMS): (8, 24, 8, 4, 7),
+    (1, 1024, 4, 128, True, FUSED + 8, H200_SMS): (8, 0, 8, 4, 7),
+    (1, 8192, 64, 128, False, FUSED + 2 * TUNING_AHEAD, H200_SMS): (4, 4, 4, 8, 6),  # at least 4 chunks
+    (1, 8192, 64, 128, False, FUSED + 48 * TUNING_AHEAD, H200_SMS): (4, 48, 4, 8, 6),
+    (1, 8192, 64, 128, False, FUSED + 7 * TUNING_PRODUCERS, H200_SMS): (4, 24, 4, 8, 7),
+    (1, 8192, 64, 128, False, FUSED + 9 * TUNING_PRODUCERS, H200_SMS): (4, 24, 4, 8, 8),  # at most all
+    (1, 8192, 96, 128, False, FUSED + 8 + 3 * TUNING_PRODUCERS + 16 * TUNING_AHEAD, H200_SMS): (8, 16, 8, 4, 3),
+    (1, 8192, 64, 128, False, 8 * TUNING_STAGES + 2, H200_SMS): (4, 24, 2, 8, 6),
+    (1, 8192, 64, 128, False, 4 * TUNING_STAGES + 8, H200_SMS): (4, 24, 8, 4, 6),
+    (1, 8192, 64, 128, False, 8, H200_SMS): (4, 24, 8, 4, 6),  # 8 warps alone: 4 stages
 }
 
 
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory):
-    """Every CASES row through the header's functions: {case: (walk warps, lead, warps, stages)}."""
+    """Every CASES row through the header's functions: {case: (walk warps, lead, warps, stages, producers)}."""
     from kdactl.assets import csrc_dir
 
     rows = []
@@ -63,8 +69,8 @@ def policy(tmp_path_factory):
             f"{{ kdactl_kda_args a{{}}; a.batch = {B}; a.seqlen = {T}; a.heads = {H}; a.key_dim = a.value_dim = {D};"
             f" a.tuning = {tuning}; a.cu_seqlens = {'&a' if varlen else 'nullptr'};"
             f" const int w = fused_walk_warps(a, {sms}); const RecurShape rs = pick_recur(a, {sms});"
-            f" std::printf(\"%d %d %d %d\\n\", w, fused_ahead(a, recur_units(a, {D}, w ? w : 4), {sms}),"
-            f" rs.warps, rs.stages); }}"
+            f" std::printf(\"%d %d %d %d %d\\n\", w, fused_ahead(a), rs.warps, rs.stages,"
+            f" w ? fused_producers(a, w, w == 8 ? 7 : 8) : 0); }}"
         )
     src = tmp_path_factory.mktemp("policy") / "probe.cpp"
     src.write_text(f'#include <cstdio>\n#include "{csrc_dir() / "kda_chunk_policy.h"}"\n'

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kdactl.kda import KdaWorkspace, prefill
-from kdactl.kda.routes import TUNING_AHEAD, TUNING_FUSED
+from kdactl.kda.routes import TUNING_AHEAD, TUNING_FUSED, TUNING_PRODUCERS
 from kdactl.reference import error_ratio
 from kdactl.smoke import replay_equals_eager
 from tests.kda_inputs import cu_seqlens_of, make_inputs
@@ -107,6 +107,20 @@ def test_chunk_fused_tightest_pacing(B, T, H, walk_warps):
                                tuning=fused + 4 * TUNING_AHEAD)
     o, s = _check(x, s0, route="chunk", tuning=fused + 999 * TUNING_AHEAD)  # 999 chunks: unpaced
     assert torch.equal(o_paced, o) and torch.equal(s_paced, s)
+
+
+@pytest.mark.parametrize("producers", [1, 2, 9])
+@pytest.mark.parametrize("walk_warps", [4, 8])
+def test_chunk_fused_producers_beside_each_walk(walk_warps, producers):
+    """One producer beside each walk (the grid's other CTAs, and their walk warps, prepare the rest),
+    two, or every one the shared memory holds (9 asks for more): the same factors, so the same output.
+    B1 T2048 H40: 80 walks of 4 warps, 40 of 8, so most SMs run no walk."""
+    x, s0 = make_inputs(1, 2048, 40, device="cuda", state_n=1, seed=producers + walk_warps)
+    fused = 2 * TUNING_FUSED + walk_warps
+    o_few, s_few = prefill(**x, initial_state=s0, output_final_state=True, route="chunk",
+                           tuning=fused + producers * TUNING_PRODUCERS)
+    o, s = _check(x, s0, route="chunk", tuning=fused)
+    assert torch.equal(o_few, o) and torch.equal(s_few, s)
 
 
 @pytest.mark.parametrize("B,T,H", [(1, 65536, 2), (1, 4096, 96), (2, 8192, 8)], ids=["T65536", "H96", "B2-T8192"])
