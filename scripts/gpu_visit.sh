@@ -27,6 +27,7 @@ if [ -d .whl ] && [[ " $* " =~ " small-bh "|" serving "|" host "|" fla-tests "|"
   for h in $(printf "%s\n" $heads | sort -un); do peers timeout 150 python3 scripts/warm_fla.py $h > $S/warm_$h.log 2>&1 & warm+=($!); done
 fi
 TIMEFORMAT="wall %R s"
+wait_warm() { [ ${#warm[@]} -gt 0 ] && { wait "${warm[@]}"; warm=(); }; return 0; }  # before anything timed
 echo "== detect"; kdactl detect
 echo "== build"; time timeout 200 kdactl build | tail -4
 
@@ -35,14 +36,14 @@ summary() {  # a certificate: verdict, reason, and each result
 }
 certify_full() {  # name, then env assignments for the run
   local n=$1; shift
-  [ ${#warm[@]} -gt 0 ] && { wait "${warm[@]}"; warm=(); }  # no fla warm-up beside certify's perf stage
+  wait_warm  # no fla warm-up beside certify's perf stage
   (s0=$SECONDS; env "$@" timeout 200 kdactl certify --expect-gpus 1 --expect-sku H200 --out $S/$n.json --json > $S/$n.out 2>$S/$n.err
    echo "certify $n rc=$? ($((SECONDS-s0)) s)"); cp $S/$n.json $OUT/$n.json 2>/dev/null; summary $S/$n.json perf health
 }
 
 bench() {  # suite name, then extra args
   local s=$1; shift
-  [ ${#warm[@]} -gt 0 ] && { wait "${warm[@]}"; warm=(); }
+  wait_warm
   [ "$s" = host ] && set -- "$@" || set -- --suite $s "$@"
   time peers timeout 200 kdactl bench --peers fla --markdown $OUT/$s.md --json "$@" > $S/$s.json
   echo rc=$?; cat $OUT/$s.md
@@ -109,7 +110,7 @@ while True: a=(a@a).clamp_(-1,1)" > $S/cotenant.log 2>&1 & ct=$!
       for f in $S/f_*.json; do python3 -c "import json;d=json.load(open('$f'));print('$f', d['verdict'], d['reason'][:300])"; done ;;
     warm-fla) ;;  # the warm-ups started above run on beside the next sections
     baseline)
-      [ ${#warm[@]} -gt 0 ] && { wait "${warm[@]}"; warm=(); }
+      wait_warm
       timeout 60 kdactl bench --suite smoke --peers none --iters 8 --record-baseline --baseline fleet/baselines/H200.toml > /dev/null; echo record rc=$?
       cp fleet/baselines/H200.toml $OUT/H200.toml
       python3 -c "import re;t=open('fleet/baselines/H200.toml').read();open('$S/fast.toml','w').write(re.sub(r'median_ms = ([0-9.eE+-]+)',lambda m:f'median_ms = {float(m[1])/2!r}',t))"
@@ -121,10 +122,10 @@ while True: a=(a@a).clamp_(-1,1)" > $S/cotenant.log 2>&1 & ct=$!
         --junitxml=$OUT/kernels.xml -o junit_logging=system-out 2>&1 | grep -vE "^(tests|\s)" | tail -25
       python3 scripts/error_ratios.py $OUT/kernels.xml 2>/dev/null | tail -2 ;;
     fused-ab)  # issue 17: the chunk route's fused grid against its two kernels and the launcher's pick
-      [ ${#warm[@]} -gt 0 ] && { wait "${warm[@]}"; warm=(); }
+      wait_warm
       time timeout ${AB_TIMEOUT:-240} python3 scripts/tune_chunk.py --shapes ${SHAPES:-ab} --tunings ${FTUNINGS:-${TUNINGS:-0,100,200}} ;;
     patch-ab)  # this tree's kernels against the same tree with $PATCH applied, built beside it, arms new/patched x2
-      [ ${#warm[@]} -gt 0 ] && { wait "${warm[@]}"; warm=(); }
+      wait_warm
       rm -rf /tmp/old && mkdir /tmp/old && cp -r kdactl csrc checks fleet scripts pyproject.toml /tmp/old/
       (patch -d /tmp/old -p1 -s < ${PATCH:?PATCH=file}) || { echo "$PATCH did not apply"; continue; }
       old() { PYTHONPATH=/tmp/old KDACTL_CACHE_DIR=${OLDCACHE:-/tmp/oldcache} "$@"; }  # OLDCACHE: a carried build
