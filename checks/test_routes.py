@@ -4,7 +4,7 @@ in ROUTES that is eligible runs the row fixed and varlen, with and without an in
 finite output within the SPEC error ratio of the fp64 reference, once more with fla's fused
 input transforms on grouped values, and once through a serving state pool (V-first, fp16 inputs,
 prefix checkpoints). Routes join by being in ROUTES. Route chunk's fused grid, which the launcher
-takes only for long serving batches (none of these rows), runs forced on the serving row."""
+takes only when a tuning code asks for it, runs forced on the serving row."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ using namespace kdactl::chunk;
 // shape, 1152 CTAs: lengths in either order time alike). Fewer all start at once.
 template <int K, int V>
 int launch(const kdactl_kda_args& a, RecurShape rs, int sms, int optin, cudaStream_t stream) {
-  if (int rc = launch_prepare<K, V>(a, stream)) return rc;
+  if (int rc = launch_prepare<K>(a, stream)) return rc;
   Segments whole;
   whole.longest_first = a.cu_seqlens != nullptr && recur_units(a, V, rs.warps) > sms;
   return launch_pass<K, V, Pass::kWhole>(a, whole, a.batch, rs, optin, stream);
@@ -22,7 +22,7 @@ int launch(const kdactl_kda_args& a, RecurShape rs, int sms, int optin, cudaStre
 
 uint64_t kdactl_chunk_workspace_bytes(const kdactl_kda_args& a) {
   if (head_error(a)) return 0;
-  return (a.key_dim == 64 ? blocks_bytes<64, 64>(a) : blocks_bytes<128, 128>(a)) + fused_sync_bytes(a);
+  return (a.key_dim == 64 ? blocks_bytes<64>(a) : blocks_bytes<128>(a)) + fused_sync_bytes(a);
 }
 
 extern "C" int kdactl_kda_chunk(const kdactl_kda_args* args, void* stream) {
@@ -33,10 +33,7 @@ extern "C" int kdactl_kda_chunk(const kdactl_kda_args* args, void* stream) {
   if (sms == 0) return 0;
   if (a.workspace == nullptr || a.workspace_bytes < kdactl_chunk_workspace_bytes(a)) return KDACTL_ERR_BAD_WORKSPACE;
   auto s = static_cast<cudaStream_t>(stream);
-  if (const int walk_warps = fused_walk_warps(a, sms)) {
-    const int rc = launch_fused(a, walk_warps, sms, optin, s);
-    if (rc != KDACTL_ERR_UNSUPPORTED || a.tuning != KDACTL_TUNING_AUTO) return rc;  // else the two kernels
-  }
+  if (const int walk_warps = fused_walk_warps(a)) return launch_fused(a, walk_warps, sms, optin, s);
   const RecurShape rs = pick_recur(a, sms);
   return a.key_dim == 64 ? launch<64, 64>(a, rs, sms, optin, s) : launch<128, 128>(a, rs, sms, optin, s);
 }

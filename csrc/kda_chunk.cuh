@@ -3,12 +3,14 @@
 // Per chunk of C = 16 tokens, with in-chunk cumulative log-decay G (per key) and start state S0:
 //   A_ts = sum_i k_ti k_si e^(G_ti - G_si) (s < t)     P_ts = scale sum_i q_ti k_si e^(G_ti - G_si) (s <= t)
 //   M'   = (I + Diag(beta) A)^-1 Diag(beta)
-//   W = M' (K e^G)   U0 = M' V   Q' = scale Q e^G - P W   O0 = P U0   Kr = K e^(G_C - G)   eG = e^G_C
-// (Q' and O0 are formed as (P M') (K e^G) and (P M') V, so that W and U0 need no second pass.)
+//   W = M' (K e^G)   Qg = scale Q e^G   Kr = K e^(G_C - G)   eG = e^G_C
 // and then the only part that depends on the state:
-//   U = U0 - W S0        O = Q' S0 + O0        S_C = Diag(eG) S0 + Kr^T U
+//   U = M' V - W S0        O = Qg S0 + P U        S_C = Diag(eG) S0 + Kr^T U
 // kda_chunk_prepare computes the first block for every (chunk, head) at once and writes it to the
-// workspace; kda_chunk_recur walks the chunks of one (sequence, head, V slice) in order.
+// workspace; kda_chunk_recur walks the chunks of one (sequence, head, V slice) in order. The
+// recurrence forms M' V and P U itself from v and the two 16 x 16 matrices (its issue slots are
+// mostly idle, while the workspace's round trip through HBM bounds both kernels): 2 KB a block in
+// place of the 8 KB of U0 = M' V and O0 = P U0, and v is read once, by the recurrence only.
 //
 // Chunk slots: sequence n's chunk c lives in slot bos_n / C + n + c, which is unique, needs no
 // prefix sum over the sequences (nothing to compute on the host, so the launch captures in a graph),
@@ -42,14 +44,16 @@ __device__ __forceinline__ float rcp(float x) {
 }
 
 // One (chunk, head)'s prepared factors in the workspace; every offset is a multiple of 16 bytes.
-template <int K, int V>
+// M' and P go as bf16 pairs hi + lo (hi = bf16(x), lo = bf16(x - hi)): the recurrence's bf16
+// products then see them to ~2^-17, where bf16 alone (2^-9) would add to the state's error each chunk.
+template <int K>
 struct Block {
+  static constexpr int kPlanes = 4;                // M' hi, M' lo, P hi, P lo: [C][C] bf16 each
   static constexpr int64_t kW = 0;                 // -W  [C][K] bf16
-  static constexpr int64_t kQ = kW + C * K * 2;    // Q'  [C][K] bf16
+  static constexpr int64_t kQ = kW + C * K * 2;    // Qg  [C][K] bf16
   static constexpr int64_t kKr = kQ + C * K * 2;   // Kr  [C][K] bf16
-  static constexpr int64_t kU0 = kKr + C * K * 2;  // U0  [C][V] bf16
-  static constexpr int64_t kO0 = kU0 + C * V * 2;  // O0  [C][V] bf16
-  static constexpr int64_t kEg = kO0 + C * V * 2;  // eG  [K]    fp32
+  static constexpr int64_t kM = kKr + C * K * 2;   // the planes
+  static constexpr int64_t kEg = kM + kPlanes * C * C * 2;  // eG  [K]    fp32
   static constexpr int64_t kBytes = kEg + K * 4;
 };
 
@@ -59,38 +63,37 @@ __host__ __device__ inline int64_t num_slots(const kdactl_kda_args& a) {
 }
 
 // ---- Kernel 1: one warp per (slot, head) ----------------------------------------------------------
-// In: q, k, v (bf16 or fp16); GT: g (float, bf16 or fp16).
-template <int K, int V, typename GT, typename In>
+// In: q, k (bf16 or fp16); GT: g (float, bf16 or fp16).
+template <int K, typename GT, typename In>
 struct PrepSmem {
   static constexpr bool kG16 = sizeof(GT) == 2;  // g staged as given, then summed into G
-  static constexpr int KP = K + 8, VP = V + 8;  // pitches that make the fragment reads
-  static constexpr int GP = K + 8;              // (scalar and paired) free of bank conflicts
+  static constexpr int KP = K + 8;  // pitches that make the fragment reads
+  static constexpr int GP = K + 8;  // (scalar and paired) free of bank conflicts
   static constexpr int NP = C + 1;
   // 16-bit g is staged in the last K / 2 floats of G's own rows (16-byte aligned): the cumsum reads
   // all of a row's g before it writes that row, so no second buffer (4.3 KB: a producer more per SM).
   static constexpr int kRawAt = GP - K / 2;
   static_assert(kRawAt % 4 == 0, "16-bit g rows start 16-byte aligned");
-  In q[C][KP], k[C][KP], v[C][VP];
+  In q[C][KP], k[C][KP];
   float G[C][GP];             // G, then e^G from the A/P pass on
-  float NM[C][NP], PP[C][NP];  // N, then M' in its place; P, then PM = P M' in its place
+  float NM[C][NP], P[C][NP];  // N, then M' in its place; P
   float beta[C];
 };
 
 // One (chunk, head)'s factors into its workspace block, by one warp: rows row0 .. row0 + ntok - 1 of
 // the flattened layout (ntok <= C), into slot `slot`.
-template <int K, int V, typename GT, typename In>
+template <int K, typename GT, typename In>
 __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned char* ws, int64_t slot, int h,
-                                              int64_t row0, int ntok, PrepSmem<K, V, GT, In>& sm) {
-  using Sm = PrepSmem<K, V, GT, In>;
+                                              int64_t row0, int ntok, PrepSmem<K, GT, In>& sm) {
+  using Sm = PrepSmem<K, GT, In>;
   constexpr bool kG16 = Sm::kG16;
-  using B = Block<K, V>;
+  using B = Block<K>;
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int H = a.heads;
 
-  // Stage q, k, v, g (rows past the sequence's end are zero: they add nothing anywhere).
+  // Stage q, k, g (rows past the sequence's end are zero: they add nothing anywhere).
   const In* q = static_cast<const In*>(a.q);
   const In* k = static_cast<const In*>(a.k);
-  const In* v = static_cast<const In*>(a.v);
   auto src_row = [&](int r) { return (row0 + (r < ntok ? r : 0)) * H + h; };
   auto qk_src = [&](int r) { return qk_row(a, row0 + (r < ntok ? r : 0), h); };
   auto raw_g = [&](int r) { return reinterpret_cast<GT*>(&sm.G[r][Sm::kRawAt]); };  // 16-bit g's row r
@@ -100,10 +103,6 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     cp_async16_zfill(&sm.k[r][j * 8], k + qk_src(r) * K + j * 8, bytes);
     if constexpr (kG16)
       cp_async16_zfill(raw_g(r) + j * 8, static_cast<const GT*>(a.g) + src_row(r) * K + j * 8, bytes);
-  }
-  for (int i = lane; i < C * (V / 8); i += 32) {
-    const int r = i / (V / 8), j = i % (V / 8);
-    cp_async16_zfill(&sm.v[r][j * 8], v + src_row(r) * V + j * 8, r < ntok ? 16 : 0);
   }
   if constexpr (!kG16) {
     for (int i = lane; i < C * (K / 4); i += 32) {
@@ -135,8 +134,6 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
   bf16* w_out = reinterpret_cast<bf16*>(blk + B::kW);
   bf16* q_out = reinterpret_cast<bf16*>(blk + B::kQ);
   bf16* kr_out = reinterpret_cast<bf16*>(blk + B::kKr);
-  bf16* u0_out = reinterpret_cast<bf16*>(blk + B::kU0);
-  bf16* o0_out = reinterpret_cast<bf16*>(blk + B::kO0);
   float* eg_out = reinterpret_cast<float*>(blk + B::kEg);
   const float scale = a.scale;
 
@@ -196,7 +193,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
   }
   __syncwarp();
 
-  // A (strictly lower, times beta_t) -> sm.NM, and P (lower with diagonal) -> sm.PP.
+  // A (strictly lower, times beta_t) -> sm.NM, and P (lower with diagonal) -> sm.P.
   if (!exact) {
     float acc_a[2][4] = {}, acc_p[2][4] = {};
 #pragma unroll 4
@@ -226,7 +223,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
       for (int i = 0; i < 4; ++i) {
         const int tt = g + (i >> 1) * 8, ss = 8 * nt + 2 * t + (i & 1);
         sm.NM[tt][ss] = ss < tt ? sm.beta[tt] * acc_a[nt][i] : 0.f;
-        sm.PP[tt][ss] = ss <= tt ? acc_p[nt][i] : 0.f;
+        sm.P[tt][ss] = ss <= tt ? acc_p[nt][i] : 0.f;
       }
   } else {
     for (int p = lane; p < C * C; p += 32) {
@@ -240,7 +237,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
         }
       }
       sm.NM[tt][ss] = ss < tt ? sm.beta[tt] * sa : 0.f;
-      sm.PP[tt][ss] = ss <= tt ? scale * sp : 0.f;
+      sm.P[tt][ss] = ss <= tt ? scale * sp : 0.f;
     }
     __syncwarp();  // G is read no more: e^G in its place, as the other path left it
     for (int i = lane; i < C * (K / 4); i += 32) {
@@ -271,55 +268,49 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
   }
   __syncwarp();
 
-  // A operands over the chunk's tokens (k-steps s = 0-7 and 8-15).
-  auto a_frags = [&](const float (*X)[Sm::NP], uint32_t (&f)[2][4], float sign) {
+  uint32_t am[2][4];  // M' as A operands over the chunk's tokens (k-steps s = 0-7 and 8-15)
 #pragma unroll
-    for (int ks = 0; ks < 2; ++ks)
+  for (int ks = 0; ks < 2; ++ks)
 #pragma unroll
-      for (int p = 0; p < 4; ++p) f[ks][p] = to_tf32(sign * X[g + (p & 1) * 8][8 * ks + t + (p >> 1) * 4]);
-  };
-  uint32_t am[2][4], apm[2][4];
-  {  // PM = P M', in P's place
-    uint32_t ap[2][4];
-    a_frags(sm.PP, ap, 1.f);
-    float acc[2][4] = {};
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int ks = 0; ks < 2; ++ks)
-        mma_tf32(acc[nt], ap[ks], to_tf32(sm.NM[8 * ks + t][8 * nt + g]), to_tf32(sm.NM[8 * ks + t + 4][8 * nt + g]));
-    __syncwarp();  // every lane has read P
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) sm.PP[g + (i >> 1) * 8][8 * nt + 2 * t + (i & 1)] = acc[nt][i];
-  }
-  __syncwarp();
-  a_frags(sm.NM, am, 1.f);
-  a_frags(sm.PP, apm, -1.f);
+    for (int p = 0; p < 4; ++p) am[ks][p] = to_tf32(sm.NM[g + (p & 1) * 8][8 * ks + t + (p >> 1) * 4]);
 
-  // W = M' (K e^G) and Q' = scale Q e^G - PM (K e^G), one key n-tile at a time. The products are
-  // staged in shared memory where their inputs were, each n-tile overwriting only what its own loads
-  // read (-W in k's place, Q' in q's, U0 in v's, O0 in G's, free once W and Q' are), and leave in
-  // 16-byte pieces of whole rows: stored from the mma layout, each 4-byte store touched 8 rows (the
-  // pass was bound by L1 throughput; staged, 10 % faster on the serving shapes, csrc/PERF.md).
+  // M' and P out as hi and lo bf16 planes: lane i takes half a row of each, 16 bytes a plane.
+  {
+    bf16* planes = reinterpret_cast<bf16*>(blk + B::kM);
+    const int r = lane >> 1, c0 = (lane & 1) * 8;
+    auto put_pair = [&](const float* x, bf16* hi_plane) {
+      uint32_t hi[4], lo[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        hi[e] = pack_bf16(x[2 * e], x[2 * e + 1]);
+        const float2 h2 = unpack_bf16(hi[e]);
+        lo[e] = pack_bf16(x[2 * e] - h2.x, x[2 * e + 1] - h2.y);
+      }
+      *reinterpret_cast<uint4*>(hi_plane + r * C + c0) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      *reinterpret_cast<uint4*>(hi_plane + C * C + r * C + c0) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    };
+    put_pair(&sm.NM[r][c0], planes);
+    put_pair(&sm.P[r][c0], planes + 2 * C * C);
+  }
+
+  // W = M' (K e^G) and Qg = scale Q e^G, one key n-tile at a time. They are staged in shared memory
+  // where their inputs were, each n-tile overwriting only what its own loads read (-W in k's place,
+  // Qg in q's), and leave in 16-byte pieces of whole rows: stored from the mma layout, each 4-byte
+  // store touched 8 rows (the pass was bound by L1 throughput; staged, 10 % faster, csrc/PERF.md).
   bf16(*w_st)[Sm::KP] = reinterpret_cast<bf16(*)[Sm::KP]>(&sm.k[0][0]);
   bf16(*q_st)[Sm::KP] = reinterpret_cast<bf16(*)[Sm::KP]>(&sm.q[0][0]);
-  bf16(*u_st)[Sm::VP] = reinterpret_cast<bf16(*)[Sm::VP]>(&sm.v[0][0]);
-  bf16(*o_st)[Sm::VP] = reinterpret_cast<bf16(*)[Sm::VP]>(&sm.G[0][0]);
-  static_assert(sizeof(sm.G) >= sizeof(bf16) * C * Sm::VP, "O0 fits where G was");
   auto put = [](bf16* row, int c, uint32_t pair) { *reinterpret_cast<uint32_t*>(row + c) = pair; };
 #pragma unroll 2
   for (int nt = 0; nt < K / 8; ++nt) {
     const int col = 8 * nt + g, c0 = 8 * nt + 2 * t;
-    float w[4] = {}, qp[4];
+    float w[4] = {};
+    uint32_t qg[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = g + half * 8;
       const float2 e = *reinterpret_cast<const float2*>(&sm.G[r][c0]);  // e^G
       const float2 qv = to_f2(&sm.q[r][c0]);
-      qp[2 * half] = qv.x * scale * e.x;
-      qp[2 * half + 1] = qv.y * scale * e.y;
+      qg[half] = pack_bf16(qv.x * scale * e.x, qv.y * scale * e.y);
     }
 #pragma unroll
     for (int ks = 0; ks < 2; ++ks) {
@@ -327,47 +318,26 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
       const uint32_t b0 = to_tf32(to_f(sm.k[s0][col]) * sm.G[s0][col]);
       const uint32_t b1 = to_tf32(to_f(sm.k[s1][col]) * sm.G[s1][col]);
       mma_tf32(w, am[ks], b0, b1);
-      mma_tf32(qp, apm[ks], b0, b1);
     }
     __syncwarp();  // every lane's reads of this tile are done
     put(w_st[g], c0, pack_bf16(-w[0], -w[1]));
     put(w_st[g + 8], c0, pack_bf16(-w[2], -w[3]));
-    put(q_st[g], c0, pack_bf16(qp[0], qp[1]));
-    put(q_st[g + 8], c0, pack_bf16(qp[2], qp[3]));
-  }
-  __syncwarp();  // G is read no more
-  // U0 = M' V and O0 = PM V.
-#pragma unroll 2
-  for (int nt = 0; nt < V / 8; ++nt) {
-    const int col = 8 * nt + g, c0 = 8 * nt + 2 * t;
-    float u[4] = {}, o[4] = {};
-#pragma unroll
-    for (int ks = 0; ks < 2; ++ks) {
-      const uint32_t b0 = to_tf32(to_f(sm.v[8 * ks + t][col])), b1 = to_tf32(to_f(sm.v[8 * ks + t + 4][col]));
-      mma_tf32(u, am[ks], b0, b1);
-      mma_tf32(o, apm[ks], b0, b1);  // -PM V
-    }
-    __syncwarp();
-    put(u_st[g], c0, pack_bf16(u[0], u[1]));
-    put(u_st[g + 8], c0, pack_bf16(u[2], u[3]));
-    put(o_st[g], c0, pack_bf16(-o[0], -o[1]));
-    put(o_st[g + 8], c0, pack_bf16(-o[2], -o[3]));
+    put(q_st[g], c0, qg[0]);
+    put(q_st[g + 8], c0, qg[1]);
   }
   __syncwarp();
-  // The four tiles out, 16 bytes a lane: each row is K (or V) values back to back in the block.
-  auto copy_out = [&](bf16* out, const bf16* st, int cols, int pitch) {
-    for (int i = lane; i < C * (cols / 8); i += 32) {
-      const int r = i / (cols / 8), j = i % (cols / 8);
-      *reinterpret_cast<uint4*>(out + r * cols + j * 8) = *reinterpret_cast<const uint4*>(st + r * pitch + j * 8);
+  // The two tiles out, 16 bytes a lane: each row is K values back to back in the block.
+  auto copy_out = [&](bf16* out, const bf16* st) {
+    for (int i = lane; i < C * (K / 8); i += 32) {
+      const int r = i / (K / 8), j = i % (K / 8);
+      *reinterpret_cast<uint4*>(out + r * K + j * 8) = *reinterpret_cast<const uint4*>(st + r * Sm::KP + j * 8);
     }
   };
-  copy_out(w_out, &w_st[0][0], K, Sm::KP);
-  copy_out(q_out, &q_st[0][0], K, Sm::KP);
-  copy_out(u0_out, &u_st[0][0], V, Sm::VP);
-  copy_out(o0_out, &o_st[0][0], V, Sm::VP);
+  copy_out(w_out, &w_st[0][0]);
+  copy_out(q_out, &q_st[0][0]);
 }
 
-template <int K, int V, typename GT, typename In>
+template <int K, typename GT, typename In>
 __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a, unsigned char* ws) {
 #ifdef KDACTL_ARCH_MISMATCH
   __trap();
@@ -385,13 +355,13 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
   const int64_t row0 = bos + (slot - (bos / C + lo)) * C;
   if (row0 >= eos) return;  // a slot past this sequence's last chunk
   const int ntok = static_cast<int>(eos - row0 < C ? eos - row0 : C);
-  prepare_chunk<K, V, GT, In>(a, ws, slot, blockIdx.y, row0, ntok, *reinterpret_cast<PrepSmem<K, V, GT, In>*>(smem_raw));
+  prepare_chunk<K, GT, In>(a, ws, slot, blockIdx.y, row0, ntok, *reinterpret_cast<PrepSmem<K, GT, In>*>(smem_raw));
 #endif
 }
 
 // ---- Kernel 2: one CTA per (sequence or segment, head, slice of 16 * WARPS value columns) ----------
 // The state is kept transposed, S^T [V x K]: each warp owns 16 of its rows as mma accumulators, which
-// are at once the A operand of S^T W^T and S^T Q'^T and the accumulator of S^T += U^T Kr.
+// are at once the A operand of S^T W^T and S^T Qg^T and the accumulator of S^T += U^T Kr.
 //
 // Route small_bh (kda_small_bh.cu) runs it on segments of a sequence instead, in two passes. Since a
 // segment's end state is affine in its start state, S_end = M S_start + E, kReduce gets E (from a
@@ -409,9 +379,10 @@ struct Segments {
 };
 template <int K, int VS>
 struct RecurStage {
-  static constexpr int KP = K + 8, UP = VS + 8;
-  bf16 w[C][KP], qp[C][KP], kr[C][KP];  // back to back: loaded as 3C rows
-  bf16 u0[C][UP], o0[C][UP];            // likewise 2C rows
+  static constexpr int KP = K + 8, UP = VS + 8, MP = C + 8;  // pitches free of ldmatrix bank conflicts
+  bf16 w[C][KP], qg[C][KP], kr[C][KP];  // back to back: loaded as 3C rows
+  uint16_t v[C][UP];                    // this CTA's values of the chunk's v (bf16 or fp16)
+  bf16 m[Block<K>::kPlanes][C][MP];     // M' hi, lo, P hi, lo
   float eg[K];
 };
 
@@ -465,7 +436,7 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
                                       unsigned char* smem_raw, int vx, int h, int64_t bz, const FusedSync* fs) {
   constexpr int VS = 16 * WARPS;
   using St = RecurStage<K, VS>;
-  using B = Block<K, V>;
+  using B = Block<K>;
   St* stage = reinterpret_cast<St*>(smem_raw);
   uint16_t(*o_tile)[C][24] = reinterpret_cast<uint16_t(*)[C][24]>(smem_raw + STAGES * sizeof(St));  // o's bits
 
@@ -515,12 +486,12 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
   // two bases (threads is a multiple of the pieces per row): the loops unroll into bare cp.async.
   constexpr int kThreads = WARPS * 32, kRow = K / 8, kSlice = VS / 8;  // 16-byte pieces per row
   constexpr bool kOut = PASS != Pass::kReduce;  // the reduction writes no o
-  constexpr int kVRows = kOut ? 2 * C : C;
   static_assert(kThreads % kRow == 0 && kThreads % kSlice == 0 && C * kSlice % kThreads == 0, "copy layout");
   const int tid = threadIdx.x;
+  const uint16_t* v = static_cast<const uint16_t*>(a.v);
   auto load = [&](int64_t c, St& st) {
     const unsigned char* blk = ws + ((slot0 + c) * H + h) * B::kBytes;
-    // -W, Q', Kr: 3C rows of K, back to back in the block and (at pitch KP) in the stage.
+    // -W, Qg, Kr: 3C rows of K, back to back in the block and (at pitch KP) in the stage.
     constexpr int kSide = 3 * C * kRow;
     const bf16* kside = reinterpret_cast<const bf16*>(blk + B::kW) + tid * 8;
     bf16* kdst = &st.w[0][0] + (tid / kRow) * St::KP + (tid % kRow) * 8;
@@ -528,13 +499,24 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
     for (int it = 0; it < (kSide + kThreads - 1) / kThreads; ++it)
       if (kSide % kThreads == 0 || tid + it * kThreads < kSide)
         cp_async16(kdst + it * (kThreads / kRow) * St::KP, kside + it * kThreads * 8);
-    // U0, O0: 2C rows (kReduce: U0 only; M: none), of which this CTA takes its VS values.
-    const bf16* vside = reinterpret_cast<const bf16*>(blk + B::kU0) + v_cta + (tid / kSlice) * V + (tid % kSlice) * 8;
-    bf16* vdst = &st.u0[0][0] + (tid / kSlice) * St::UP + (tid % kSlice) * 8;
-    if (!homogeneous) {
+    if (!homogeneous) {  // (M's columns start from zero values: no v, no M')
+      // This CTA's VS values of the chunk's v rows (zero past the sequence's end), and the planes.
 #pragma unroll
-      for (int it = 0; it < kVRows * kSlice / kThreads; ++it)
-        cp_async16(vdst + it * (kThreads / kSlice) * St::UP, vside + it * (kThreads / kSlice) * V);
+      for (int it = 0; it < C * kSlice / kThreads; ++it) {
+        const int r = tid / kSlice + it * (kThreads / kSlice);
+        const int64_t row = bos + c * C + r;
+        const bool in = row < eos;
+        cp_async16_zfill(&st.v[r][(tid % kSlice) * 8], v + ((in ? row : bos) * H + h) * V + v_cta + (tid % kSlice) * 8,
+                         in ? 16 : 0);
+      }
+      constexpr int kPlanePieces = B::kPlanes * C * C / 8;
+      const bf16* planes = reinterpret_cast<const bf16*>(blk + B::kM);
+#pragma unroll
+      for (int it = 0; it < (kPlanePieces + kThreads - 1) / kThreads; ++it) {
+        const int i = tid + it * kThreads;  // piece i: plane i / 32, row i / 2 % C, half i % 2
+        if (kPlanePieces % kThreads == 0 || i < kPlanePieces)
+          cp_async16(&st.m[i / (2 * C)][i / 2 % C][(i & 1) * 8], planes + i * 8);
+      }
     }
     if (tid < K / 4) cp_async16(&st.eg[tid * 4], reinterpret_cast<const float*>(blk + B::kEg) + tid * 4);
   };
@@ -597,23 +579,34 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
       as[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
       as[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
     }
-    // U^T = U0^T + S^T (-W)^T and O^T = O0^T + S^T Q'^T: [16 values x 16 tokens] per warp.
-    // U0^T and O0^T in the accumulator layout straight from the [token][value] stage: a transposed
-    // ldmatrix of the 8x8 blocks (tokens 0-7 | 8-15) x (values +0 | +8) gives each lane its (v, 2t..2t+1).
-    float u[2][4] = {}, out[2][4] = {}, u_odd[2][4] = {}, out_odd[2][4] = {};
+    // U^T = V^T M'^T + S^T (-W)^T and O^T = S^T Qg^T + U^T P^T: [16 values x 16 tokens] per warp.
+    // V^T is an A operand straight from the [token][value] stage: a transposed ldmatrix of the 8x8
+    // blocks (tokens 0-7 | 8-15) x (values +0 | +8) gives each lane its (value, tokens 2t..2t+1).
     const int lr = (lane >> 4) * 8 + (lane & 7), lc = ((lane >> 3) & 1) * 8;  // ldmatrix row addresses
-    if (!homogeneous) {
-      uint32_t ru[4], ro[4];
-      ldmatrix_x4_trans(ru, &st.u0[lr][vw + lc]);
-      if (kOut) ldmatrix_x4_trans(ro, &st.o0[lr][vw + lc]);
+    float u[2][4] = {}, u_odd[2][4] = {}, u_v[2][4] = {}, out[2][4] = {}, out_odd[2][4] = {};
+    if (!homogeneous) {  // V^T M'^T, apart from the chain through S: it needs no S
+      uint32_t av[4], bm[4], bm_lo[4];
+      ldmatrix_x4_trans(av, &st.v[lr][vw + lc]);
+      ldmatrix_x4(bm, &st.m[0][lr][lc]);
+      ldmatrix_x4(bm_lo, &st.m[1][lr][lc]);
+      if (a.qkv_fp16) {  // fp16 v as two bf16 parts, exactly: hi times M' (hi + lo), lo times M' hi
+        uint32_t av_lo[4];
 #pragma unroll
-      for (int m = 0; m < 4; ++m) {  // block m: tokens 8 * (m >> 1).., values vw + 8 * (m & 1)..
-        const float2 fu = unpack_bf16(ru[m]);
-        u[m >> 1][2 * (m & 1)] = fu.x, u[m >> 1][2 * (m & 1) + 1] = fu.y;
-        if (kOut) {
-          const float2 fo = unpack_bf16(ro[m]);
-          out[m >> 1][2 * (m & 1)] = fo.x, out[m >> 1][2 * (m & 1) + 1] = fo.y;
+        for (int m = 0; m < 4; ++m) {
+          __half2 h2;
+          memcpy(&h2, &av[m], sizeof(h2));
+          const float2 x = __half22float2(h2);
+          av[m] = pack_bf16(x.x, x.y);
+          const float2 hi = unpack_bf16(av[m]);
+          av_lo[m] = pack_bf16(x.x - hi.x, x.y - hi.y);
         }
+        mma_bf16(u_v[0], av_lo, bm[0], bm[1]);
+        mma_bf16(u_v[1], av_lo, bm[2], bm[3]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        mma_bf16(u_v[nt], av, bm_lo[2 * nt], bm_lo[2 * nt + 1]);
+        mma_bf16(u_v[nt], av, bm[2 * nt], bm[2 * nt + 1]);
       }
     }
     // Even and odd k-steps accumulate apart: two dependent mma chains of K/32 instead of one of K/16.
@@ -625,7 +618,7 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
       mma_bf16(uk[0], as[kk], bw[0], bw[1]);
       mma_bf16(uk[1], as[kk], bw[2], bw[3]);
       if (kOut) {
-        ldmatrix_x4(bq, &st.qp[lr][16 * kk + lc]);
+        ldmatrix_x4(bq, &st.qg[lr][16 * kk + lc]);
         float(&ok)[2][4] = (kk & 1) ? out_odd : out;
         mma_bf16(ok[0], as[kk], bq[0], bq[1]);
         mma_bf16(ok[1], as[kk], bq[2], bq[3]);
@@ -634,19 +627,7 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) u[nt][i] += u_odd[nt][i], out[nt][i] += out_odd[nt][i];
-    if (kOut) {  // o: through a per-warp tile, then one 16-byte store per lane.
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) o_tile[warp][8 * nt + 2 * t + (i & 1)][g + (i >> 1) * 8] = o_bits(out[nt][i], a.qkv_fp16);
-      __syncwarp();
-      const int tok = lane >> 1, half = lane & 1;
-      const int64_t row = bos + c * C + tok;
-      if (row < eos)
-        *reinterpret_cast<uint4*>(o + (row * H + h) * V + v_cta + vw + half * 8) =
-            *reinterpret_cast<const uint4*>(&o_tile[warp][tok][half * 8]);
-    }
+      for (int i = 0; i < 4; ++i) u[nt][i] += u_odd[nt][i] + u_v[nt][i];
     // S^T = S^T Diag(eG) + U^T Kr.
     const uint32_t au[4] = {pack_bf16(u[0][0], u[0][1]), pack_bf16(u[0][2], u[0][3]),
                             pack_bf16(u[1][0], u[1][1]), pack_bf16(u[1][2], u[1][3])};
@@ -662,6 +643,27 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
         s[j][0] *= e.x, s[j][1] *= e.y, s[j][2] *= e.x, s[j][3] *= e.y;
         mma_bf16(s[j], au, bk[2 * half], bk[2 * half + 1]);
       }
+    }
+    if (kOut) {  // O^T += U^T P^T (the U the state took), then o through a per-warp tile, 16 bytes a lane
+      uint32_t bp[4], bp_lo[4];
+      ldmatrix_x4(bp, &st.m[2][lr][lc]);
+      ldmatrix_x4(bp_lo, &st.m[3][lr][lc]);
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        mma_bf16(out_odd[nt], au, bp_lo[2 * nt], bp_lo[2 * nt + 1]);
+        mma_bf16(out[nt], au, bp[2 * nt], bp[2 * nt + 1]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          o_tile[warp][8 * nt + 2 * t + (i & 1)][g + (i >> 1) * 8] = o_bits(out[nt][i] + out_odd[nt][i], a.qkv_fp16);
+      __syncwarp();
+      const int tok = lane >> 1, half = lane & 1;
+      const int64_t row = bos + c * C + tok;
+      if (row < eos)
+        *reinterpret_cast<uint4*>(o + (row * H + h) * V + v_cta + vw + half * 8) =
+            *reinterpret_cast<const uint4*>(&o_tile[warp][tok][half * 8]);
     }
   }
   cp_async_wait_all();

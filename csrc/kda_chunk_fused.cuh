@@ -36,9 +36,9 @@ __device__ __forceinline__ int64_t max_chunks(const kdactl_kda_args& a) {
 // One producer warp: prepare jobs until none are left, flagging each block done. (Publishing them in
 // chunk order instead, a count per (n, h), made producers wait on each other: 2.3x slower at B1
 // T8192 H64.) Each warp claims its next job while it prepares this one, so the claim costs no wait.
-template <int K, int V, typename GT, typename In>
+template <int K, typename GT, typename In>
 __device__ __forceinline__ void produce(const kdactl_kda_args& a, unsigned char* ws, const FusedSync& fs,
-                                        PrepSmem<K, V, GT, In>& sm) {
+                                        PrepSmem<K, GT, In>& sm) {
   const int lane = threadIdx.x & 31;
   const int64_t per_chunk = a.batch * a.heads;
   const unsigned long long jobs = static_cast<unsigned long long>(max_chunks(a) * per_chunk);
@@ -60,7 +60,7 @@ __device__ __forceinline__ void produce(const kdactl_kda_args& a, unsigned char*
     if (row0 >= eos) continue;  // sequence n has fewer chunks
     const int64_t slot = bos / C + n + c;
     const int h = static_cast<int>(nh % a.heads);
-    prepare_chunk<K, V, GT, In>(a, ws, slot, h, row0, static_cast<int>(eos - row0 < C ? eos - row0 : C), sm);
+    prepare_chunk<K, GT, In>(a, ws, slot, h, row0, static_cast<int>(eos - row0 < C ? eos - row0 : C), sm);
     __syncwarp();  // every lane's stores, before lane 0's release
     if (lane == 0) {
       __threadfence();
@@ -70,11 +70,11 @@ __device__ __forceinline__ void produce(const kdactl_kda_args& a, unsigned char*
   }
 }
 
-template <int K, int V, typename GT, typename In, int WARPS, int STAGES, int PROD>
+template <int K, typename GT, typename In, int WARPS, int STAGES, int PROD>
 constexpr size_t fused_smem() {
-  static_assert(sizeof(PrepSmem<K, V, GT, In>) % 16 == 0 && recur_smem<K, WARPS, STAGES>() % 16 == 0,
+  static_assert(sizeof(PrepSmem<K, GT, In>) % 16 == 0 && recur_smem<K, WARPS, STAGES>() % 16 == 0,
                 "16-byte aligned producer stages");
-  return recur_smem<K, WARPS, STAGES>() + PROD * sizeof(PrepSmem<K, V, GT, In>);
+  return recur_smem<K, WARPS, STAGES>() + PROD * sizeof(PrepSmem<K, GT, In>);
 }
 
 // CTA b < units: a walk on warps 0 .. WARPS - 1 and `producers` (at most PROD) producers after them;
@@ -87,21 +87,21 @@ __global__ void __launch_bounds__((WARPS + PROD) * 32)
   __trap();
 #else
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  using Sm = PrepSmem<K, V, GT, In>;
+  using Sm = PrepSmem<K, GT, In>;
   constexpr int kWalkless = recur_smem<K, WARPS, STAGES>() / sizeof(Sm);  // producers in the walk's place
   const int warp = threadIdx.x >> 5;
   Sm* prod = reinterpret_cast<Sm*>(smem_raw + recur_smem<K, WARPS, STAGES>());
   if (blockIdx.x < units) {
     if (warp >= WARPS + producers) return;
-    if (warp >= WARPS) return produce<K, V, GT, In>(a, ws, fs, prod[warp - WARPS]);
+    if (warp >= WARPS) return produce<K, GT, In>(a, ws, fs, prod[warp - WARPS]);
     constexpr int kSlices = V / (16 * WARPS);
     const int64_t b = blockIdx.x;
     recur<K, V, WARPS, STAGES, Pass::kWhole>(a, ws, sg, smem_raw, static_cast<int>(b % kSlices),
                                              static_cast<int>(b / kSlices % a.heads), b / kSlices / a.heads, &fs);
   } else if (warp >= WARPS) {
-    produce<K, V, GT, In>(a, ws, fs, prod[warp - WARPS]);
+    produce<K, GT, In>(a, ws, fs, prod[warp - WARPS]);
   } else if (warp < kWalkless) {
-    produce<K, V, GT, In>(a, ws, fs, reinterpret_cast<Sm*>(smem_raw)[warp]);
+    produce<K, GT, In>(a, ws, fs, reinterpret_cast<Sm*>(smem_raw)[warp]);
   }
 #endif
 }

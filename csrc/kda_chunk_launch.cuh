@@ -8,9 +8,9 @@ namespace kdactl {
 namespace chunk {
 
 // The prepared factors of every (chunk slot, head).
-template <int K, int V>
+template <int K>
 uint64_t blocks_bytes(const kdactl_kda_args& a) {
-  return static_cast<uint64_t>(num_slots(a)) * a.heads * Block<K, V>::kBytes;
+  return static_cast<uint64_t>(num_slots(a)) * a.heads * Block<K>::kBytes;
 }
 
 // The fused kernel's counters (FusedSync), after the blocks: next_job and started in 16 bytes, then
@@ -31,7 +31,7 @@ int set_smem(Kernel kernel, size_t bytes) {
   return kdactl_set_smem_once(reinterpret_cast<const void*>(kernel), static_cast<int>(bytes));
 }
 
-template <int K, int V>
+template <int K>
 int launch_prepare(const kdactl_kda_args& a, cudaStream_t stream) {
   const int64_t slots = num_slots(a);
   if (slots > 0x7fffffff) return KDACTL_ERR_UNSUPPORTED;
@@ -39,8 +39,8 @@ int launch_prepare(const kdactl_kda_args& a, cudaStream_t stream) {
   with_types(a, [&](auto g_type, auto in_type) {
     using GT = decltype(g_type);
     using In = decltype(in_type);
-    auto prepare = kda_chunk_prepare<K, V, GT, In>;
-    const size_t smem = sizeof(PrepSmem<K, V, GT, In>);
+    auto prepare = kda_chunk_prepare<K, GT, In>;
+    const size_t smem = sizeof(PrepSmem<K, GT, In>);
     rc = set_smem(prepare, smem);
     if (rc == 0) {
       prepare<<<dim3(static_cast<unsigned>(slots), a.heads), 32, smem, stream>>>(a, static_cast<unsigned char*>(a.workspace));

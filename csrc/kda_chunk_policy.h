@@ -44,21 +44,15 @@ inline RecurShape pick_recur(const kdactl_kda_args& a, int sm_count) {
 
 // The fused grid's walk width (kda_chunk_fused.cu), or 0 for the two kernels. The tuning code's
 // KDACTL_TUNING_FUSED digit asks for the two kernels (1) or the fused grid (2: walks of 8 warps when
-// its warps digit is 8, else 4). Auto takes it where it was measured faster (scripts/tune_chunk.py
-// --shapes ab|wide, csrc/PERF.md): fixed-length batches whose 4-warp walks fill 2/3 of the SMs or
-// more within one wave and run 256 chunks or more (B1 T8192 H64: 0.748 ms against 0.778, H48 0.658
-// against 0.688, T4096 H64 0.401 against 0.403). With fewer walks the producers do not keep up (H32,
-// 64 walks: 0.586 against 0.541), with fewer chunks the grid's start-up is not paid back (T2048 H64:
-// 0.226 against 0.213). Where 4-warp walks outnumber the
-// SMs the second wave's walks would start only when the first's end (H96: 1.47 against 1.25), and
-// walks of 8 warps are slower than the two kernels since the prepare got faster (B1 T8192 H96 1.20 ms
-// against 1.17, B2 T16384 H64 2.76 against 2.70, at the best pacing).
-inline int fused_walk_warps(const kdactl_kda_args& a, int sms) {
+// its warps digit is 8, else 4). Auto takes the two kernels everywhere: since the recurrence forms
+// M' V and P U itself, the prepare writes 14.5 KB a block instead of 20.5 and the two kernels beat
+// the grid on every shape measured (scripts/tune_chunk.py --shapes ab, csrc/PERF.md), where it had
+// won before: B1 T8192 H64 0.655 ms against 0.766, H48 0.588 against 0.685, T4096 H64 0.337 against
+// 0.404. The grid's walks run beside producer warps that slow each chunk about 2x and, capped at 168
+// registers, spill.
+inline int fused_walk_warps(const kdactl_kda_args& a) {
   const int f = a.tuning % KDACTL_TUNING_AHEAD / KDACTL_TUNING_FUSED;
-  if (f != 0) return f != 2 ? 0 : a.tuning % KDACTL_TUNING_STAGES == 8 ? 8 : 4;
-  if (a.key_dim != 128 || a.cu_seqlens != nullptr || a.seqlen < 256 * KDACTL_CHUNK) return 0;
-  const int64_t walks = recur_units(a, a.value_dim, 4);
-  return 3 * walks >= 2 * sms && walks <= sms ? 4 : 0;
+  return f != 2 ? 0 : a.tuning % KDACTL_TUNING_STAGES == 8 ? 8 : 4;
 }
 
 // How many chunks the fused grid's producers may run ahead of the slowest started walk; 0: no limit.

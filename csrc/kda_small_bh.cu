@@ -28,7 +28,7 @@ int64_t segment_count(const kdactl_kda_args& a) {
 template <int K, int V>
 uint64_t workspace_bytes(const kdactl_kda_args& a) {
   const uint64_t states = static_cast<uint64_t>(a.batch) * segment_count(a) * a.heads;
-  return blocks_bytes<K, V>(a) + states * (K * V + K * K) * sizeof(float);
+  return blocks_bytes<K>(a) + states * (K * V + K * K) * sizeof(float);
 }
 
 template <int K, int V>
@@ -36,7 +36,7 @@ Segments segments_of(const kdactl_kda_args& a) {
   Segments sg;
   sg.chunks = a.segment_chunks;
   sg.count = static_cast<int>(segment_count(a));
-  unsigned char* base = static_cast<unsigned char*>(a.workspace) + blocks_bytes<K, V>(a);
+  unsigned char* base = static_cast<unsigned char*>(a.workspace) + blocks_bytes<K>(a);
   sg.ends = reinterpret_cast<float*>(base);
   sg.maps = sg.ends + static_cast<int64_t>(a.batch) * sg.count * a.heads * K * V;
   return sg;
@@ -118,9 +118,11 @@ int launch_stitch(const kdactl_kda_args& a, const Segments& sg, int optin, cudaS
 }
 
 // The recurrence shape the plan (kdactl.kda.routes.small_bh_plan) counts on: KDACTL_SMALL_BH_CTAS_PER_SM
-// of these CTAs share an SM (at K = 128, 64.5 KB of shared memory each plus the 1 KB the hardware
-// reserves per CTA, in the 228 KB of an sm_90 / sm_100 SM), and one more would not fit.
-constexpr RecurShape kPlanned = {2, 4};
+// of these CTAs share an SM (at K = 128, 77 KB of shared memory each plus the 1 KB the hardware
+// reserves per CTA, in the 228 KB of an sm_90 / sm_100 SM), and one more would not fit. 4 warps a
+// CTA, each loading the K-side factors for 64 values: with the plan cut for 2-warp CTAs, 4 warps
+// already took B1 T65536 H8 1.294 ms against 1.414 and B1 T1048576 H1 2.887 against 3.063 (csrc/PERF.md).
+constexpr RecurShape kPlanned = {4, 4};
 constexpr size_t kPlannedCtaBytes = recur_smem<128, kPlanned.warps, kPlanned.stages>() + 1024;
 static_assert(KDACTL_SMALL_BH_CTAS_PER_SM * kPlannedCtaBytes <= 228 * 1024 &&
                   (KDACTL_SMALL_BH_CTAS_PER_SM + 1) * kPlannedCtaBytes > 228 * 1024,
@@ -132,7 +134,7 @@ int launch(const kdactl_kda_args& a, int optin, cudaStream_t stream) {
   const Segments sg = segments_of<K, V>(a);
   if (2 * a.batch * sg.count > KDACTL_MAX_GRID_DIM) return KDACTL_ERR_BAD_SEGMENT_CHUNKS;  // the reduction's grid z
   const RecurShape rs = tuned(kPlanned, a.tuning);
-  if (int rc = launch_prepare<K, V>(a, stream)) return rc;
+  if (int rc = launch_prepare<K>(a, stream)) return rc;
   if (int rc = launch_pass<K, V, Pass::kReduce>(a, sg, 2 * a.batch * sg.count, rs, optin, stream)) return rc;
   if (int rc = launch_stitch<K, V>(a, sg, optin, stream)) return rc;
   return launch_pass<K, V, Pass::kReplay>(a, sg, a.batch * sg.count, rs, optin, stream);

@@ -20,7 +20,7 @@ extern "C" {
                                        //   whose walks take 8 warps where the warps digit is 8, else 4)
 #define KDACTL_TUNING_AHEAD 1000       // its fused grid: + KDACTL_TUNING_AHEAD * chunks its producers may run ahead
 #define KDACTL_TUNING_PRODUCERS 1000000  // and + KDACTL_TUNING_PRODUCERS * producer warps beside each walk
-#define KDACTL_SMALL_BH_CTAS_PER_SM 3  // small_bh's recurrence CTAs one SM holds: its plan fills one wave
+#define KDACTL_SMALL_BH_CTAS_PER_SM 2  // small_bh's recurrence CTAs one SM holds: its plan fills one wave
 
 // The route table, X(id, name), ids 0, 1, ... in order; kdactl.kda.routes.ROUTE_TABLE lists the same
 // (the loader compares them through kdactl_route_count / kdactl_route_name). Route `name` is launched

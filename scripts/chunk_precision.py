@@ -1,6 +1,7 @@
 """Where the chunk route's error comes from, on the CPU: the chunked form with the kernel's rounding
-points (tf32 operands in the prepare pass; bf16 -W, Q', Kr, U0, O0 in the workspace; bf16 S and U as
-mma operands; bf16 o), each of which can be raised to tf32 or fp32, held to the fp64 reference.
+points (tf32 operands in the prepare pass; bf16 -W, Qg, Kr and hi + lo bf16 M', P in the workspace;
+bf16 S and U as mma operands; bf16 o), each of which can be raised to tf32 or fp32, held to the fp64
+reference.
 An emulation, not a measurement of the kernel: keep its rounding points in step with csrc/kda_chunk.cuh.
 
     python3 scripts/chunk_precision.py --T 4096 --H 2 --g 0
@@ -25,7 +26,12 @@ def exact(x):
     return x
 
 
-def emulate(q, k, v, g, beta, s0, *, C=16, factors=bf16, uo=bf16, state=bf16, u=bf16, kr=bf16):
+def hi_lo(x):  # the workspace's bf16 pair, as the recurrence's products see it
+    hi = bf16(x)
+    return hi + bf16(x - hi)
+
+
+def emulate(q, k, v, g, beta, s0, *, C=16, factors=bf16, mats=hi_lo, state=bf16, u=bf16, kr=bf16):
     B, T, H, K = q.shape
     V, scale = v.shape[-1], K**-0.5
     q, k, v, g, beta = (x.float() for x in (q, k, v, g, beta))
@@ -38,26 +44,25 @@ def emulate(q, k, v, g, beta, s0, *, C=16, factors=bf16, uo=bf16, state=bf16, u=
         A = tf32(Kd) @ tf32(Ki).transpose(-1, -2) * torch.ones(n, n).tril(-1)
         P = tf32(Qd) @ tf32(Ki).transpose(-1, -2) * torch.ones(n, n).tril()
         M = torch.linalg.inv(torch.eye(n) + bc.unsqueeze(-1) * A) * bc.unsqueeze(-2)
-        PM = tf32(P) @ tf32(M)
-        W, Qp = factors(tf32(M) @ tf32(Kd)), factors(Qd - tf32(PM) @ tf32(Kd))
-        U0, O0 = uo(tf32(M) @ tf32(vc)), uo(tf32(PM) @ tf32(vc))
+        W, Qg = factors(tf32(M) @ tf32(Kd)), factors(Qd)
         Kr, eG = kr(kc * (G[:, :, -1:] - G).exp()), G[:, :, -1].exp()
         Sx = state(S)
-        U = U0 - W @ Sx
-        o[:, c0:c0 + C] = bf16(O0 + Qp @ Sx).transpose(1, 2)
+        U = mats(M) @ vc - W @ Sx
+        o[:, c0:c0 + C] = bf16(Qg @ Sx + mats(P) @ u(U)).transpose(1, 2)
         S = S * eG.unsqueeze(-1) + Kr.transpose(-1, -2) @ u(U)
     return o, S
 
 
 VARIANTS = {
     "as built": {},
-    "U0/O0 fp32": dict(uo=exact),
+    "M', P bf16 alone": dict(mats=bf16),
+    "M', P fp32": dict(mats=exact),
     "S tf32": dict(state=tf32),
     "U tf32": dict(u=tf32),
-    "-W/Q' fp32": dict(factors=exact),
+    "-W/Qg fp32": dict(factors=exact),
     "Kr fp32": dict(kr=exact),
     "S, U, Kr tf32": dict(state=tf32, u=tf32, kr=tf32),
-    "S, U, Kr, -W/Q' tf32": dict(state=tf32, u=tf32, kr=tf32, factors=tf32),
+    "S, U, Kr, -W/Qg tf32": dict(state=tf32, u=tf32, kr=tf32, factors=tf32),
 }
 
 if __name__ == "__main__":

@@ -180,9 +180,9 @@ for _ in range(3): prefill(**x, route='chunk')" > $S/ncu.log 2>&1; echo "ncu rc=
     sbh-tests) time timeout 300 python3 -m pytest -q -m gpu tests/test_kda_small_bh_gpu.py tests/test_kda_chunk_gpu.py \
         -p no:cacheprovider --durations=6 --junitxml=$OUT/sbh.xml -o junit_logging=system-out 2>&1 | grep -vE "^(tests|\s)" | tail -30
       python3 scripts/error_ratios.py $OUT/sbh.xml | grep -E "small_bh|^max" ;;
-    tune-sbh) time timeout 150 python3 scripts/tune_chunk.py --route small_bh --shapes small-bh --tunings 0,41,44,82 --iters 5 ;;
+    tune-sbh) time timeout 150 python3 scripts/tune_chunk.py --route small_bh --shapes small-bh --tunings ${STUNINGS:-0,41,44,82} --iters 5 ;;
     kernels-sbh) timeout 100 python3 scripts/kernel_times.py small_bh 1,65536,8 1,131072,1 1,1048576,1 2>&1 | grep -E "==|kda|Self CUDA time total" ;;
-    boundary-sbh) time timeout 120 kdactl bench --shape 1,8192,16 --shape 1,8192,32 --shape 1,4096,8 --shape 1,2048,2 \
+    boundary-sbh) time timeout 120 kdactl bench --shape 1,8192,16 --shape 1,8192,21 --shape 1,8192,24 --shape 1,8192,32 --shape 1,4096,8 --shape 1,2048,2 \
         --shape 1,1024,1 --shape 2,8192,8 --routes chunk,small_bh --peers none --iters 10 --warmup 2 \
         --markdown $OUT/boundary_sbh.md > /dev/null; cat $OUT/boundary_sbh.md ;;
     *) echo "unknown section $section" ;;

@@ -67,15 +67,15 @@ def _chunk(p: KdaProblem, dev: DeviceInfo) -> Optional[str]:
 
 
 # Route small_bh (csrc/kda_small_bh.cu) cuts every sequence into segments and runs the chunk route's
-# recurrence on all of them at once: a reduction pass (two CTAs per segment, head and 32 value
+# recurrence on all of them at once: a reduction pass (two CTAs per segment, head and 64 value
 # columns: its end state from zero and its state map), a short stitch, and a replay pass. As many
-# segments as make the reduction one wave of the CTAs an SM holds (2 warps and 64.5 KB of shared
-# memory each: 3 on an H200 SM, as csrc/kda_small_bh.cu asserts), and at least SMALL_BH_MIN_SEGMENT
+# segments as make the reduction one wave of the CTAs an SM holds (4 warps and 77 KB of shared
+# memory each: 2 on an H200 SM, as csrc/kda_small_bh.cu asserts), and at least SMALL_BH_MIN_SEGMENT
 # chunks each. The stitch costs about 3 us per segment against about 1 us per chunk of the two
 # recurrence passes (H200, scripts/kernel_times.py), so time ~ 2 L + 3 P over P segments of
 # L = chunks / P chunks: at most sqrt(chunks / 2) segments (B1 T1024 H1 with 32 segments of 2 chunks
 # measured 0.116 ms, chunk 0.046).
-SMALL_BH_CTAS_PER_SM = 3  # shared with the library, like the constants above
+SMALL_BH_CTAS_PER_SM = 2  # shared with the library, like the constants above
 SMALL_BH_MIN_SEGMENT = 2
 
 
@@ -89,7 +89,7 @@ class SegmentPlan:
 def small_bh_plan(p: KdaProblem, dev: DeviceInfo) -> SegmentPlan:
     """How route small_bh would cut this problem's sequences (what the C launcher is given)."""
     chunks = -(-p.seqlen // CHUNK)
-    lanes = p.num_seqs * p.heads * max(1, p.value_dim // 32)
+    lanes = p.num_seqs * p.heads * max(1, p.value_dim // 64)
     wanted = SMALL_BH_CTAS_PER_SM * dev.sm_count // (2 * lanes) + 1 if lanes else 0
     segments = min(wanted, chunks // SMALL_BH_MIN_SEGMENT, max(2, math.isqrt(chunks // 2)))
     if segments < 2:
