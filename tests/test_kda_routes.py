@@ -137,8 +137,9 @@ def test_small_bh_preferred_from_its_segment_threshold():
     assert small_bh_plan(problem(T=8192, H=21), H200).segments == SMALL_BH_MIN_SEGMENTS
     assert select_route(problem(T=8192, H=21), H200) == "small_bh"
     # short sequences stay on chunk however many segments the plan cuts
-    d = decide_route(problem(T=2048, H=2), H200)
-    assert d.route == "chunk" and d.rejected["small_bh"] == "slower than chunk at T=2048 < 4096"
+    d = decide_route(problem(T=512, H=2), H200)
+    assert d.route == "chunk" and d.rejected["small_bh"] == "slower than chunk at T=512 < 1024"
+    assert select_route(problem(T=1024, H=2), H200) == "small_bh"
     # under one chunk per sequence the direct route stays first
     assert select_route(problem(T=15, H=1), H200) == "direct"
 

@@ -162,11 +162,12 @@ def tokens_per_sequence(p: KdaProblem) -> float:
 
 
 # small_bh takes over from chunk once its plan has this many segments per sequence and the sequences
-# are this long. Measured on the H200 (csrc/PERF.md), chunk / small_bh ms: B1 T8192 H16 (4 segments)
-# 0.455 / 0.386, B2 T8192 H8 (4) 0.452 / 0.384, B1 T4096 H8 (7) 0.197 / 0.134, and the other way
-# round at B1 T8192 H32 (2) 0.596 / 0.638, B1 T2048 H2 0.085 / 0.094, B1 T1024 H1 0.046 / 0.116.
+# are this long. Measured on the H200 (csrc/PERF.md), chunk / small_bh ms: B1 T8192 H21 (4 segments)
+# 0.445 / 0.410, B1 T4096 H8 (7) 0.201 / 0.122, B1 T1024 H4 (5) 0.055 / 0.043, B4 T1024 H2 (5)
+# 0.056 / 0.051, and the other way round at B1 T8192 H24 (3) 0.457 / 0.502, B1 T512 H4 (4) 0.033 /
+# 0.034, B1 T256 H1 (2) 0.022 / 0.026.
 SMALL_BH_MIN_SEGMENTS = 4
-SMALL_BH_MIN_TOKENS = 4096
+SMALL_BH_MIN_TOKENS = 1024
 
 
 def preference(p: KdaProblem, dev: DeviceInfo) -> tuple[tuple[str, str], ...]:
