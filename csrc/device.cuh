@@ -60,6 +60,12 @@ __device__ __forceinline__ float2 unpack_bf16(uint32_t pair) {
   memcpy(&h, &pair, sizeof(h));
   return __bfloat1622float2(h);
 }
+// (x0, x1) as two bf16 pairs, hi = bf16(x) and lo = bf16(x - hi): together x to about 2^-17.
+__device__ __forceinline__ void split_bf16(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  hi = pack_bf16(x0, x1);
+  const float2 h = unpack_bf16(hi);
+  lo = pack_bf16(x0 - h.x, x1 - h.y);
+}
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "

@@ -281,11 +281,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     auto put_pair = [&](const float* x, bf16* hi_plane) {
       uint32_t hi[4], lo[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        hi[e] = pack_bf16(x[2 * e], x[2 * e + 1]);
-        const float2 h2 = unpack_bf16(hi[e]);
-        lo[e] = pack_bf16(x[2 * e] - h2.x, x[2 * e + 1] - h2.y);
-      }
+      for (int e = 0; e < 4; ++e) split_bf16(x[2 * e], x[2 * e + 1], hi[e], lo[e]);
       *reinterpret_cast<uint4*>(hi_plane + r * C + c0) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
       *reinterpret_cast<uint4*>(hi_plane + C * C + r * C + c0) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     };
@@ -596,9 +592,7 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
           __half2 h2;
           memcpy(&h2, &av[m], sizeof(h2));
           const float2 x = __half22float2(h2);
-          av[m] = pack_bf16(x.x, x.y);
-          const float2 hi = unpack_bf16(av[m]);
-          av_lo[m] = pack_bf16(x.x - hi.x, x.y - hi.y);
+          split_bf16(x.x, x.y, av[m], av_lo[m]);
         }
         mma_bf16(u_v[0], av_lo, bm[0], bm[1]);
         mma_bf16(u_v[1], av_lo, bm[2], bm[3]);
