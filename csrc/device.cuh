@@ -191,15 +191,65 @@ __device__ __forceinline__ float load_beta(const kdactl_kda_args& a, int64_t idx
   return a.beta_mode == KDACTL_BETA_SIGMOID2 ? 2.f * s : s;
 }
 
-// The log decay of head h, key channel `key`, from g as loaded: g itself, or one of fla's gates.
-// Full-precision exp/log: the decay's error is summed over every token of a chunk.
-__device__ __forceinline__ float gate_of(const kdactl_kda_args& a, float g, int h, int key) {
-  if (a.gate_mode == KDACTL_GATE_AS_GIVEN) return g;
-  const float x = g + (a.dt_bias ? a.dt_bias[static_cast<int64_t>(h) * a.key_dim + key] : 0.f);
-  if (a.gate_mode == KDACTL_GATE_SOFTPLUS) return -expf(a.A_log[h]) * (x > 20.f ? x : log1pf(expf(x)));
-  const float y = a.A_log ? expf(a.A_log[h]) * x : x;
-  return a.lower_bound / (1.f + expf(-y));
+// ---- Fast transcendentals: one MUFU op each ----------------------------------------------------------
+constexpr float kLog2e = 1.4426950408889634f;
+// e^x as ex2.approx (relative error ~2^-22) of x log2(e), flushing denormal results to zero, which
+// only drops terms already below 1e-38 of their neighbours; exp2f would add its denormal handling.
+// Rounding x log2(e) adds |x| 2^-24 to the relative error: below 2^-19 for |x| <= 8.
+__device__ __forceinline__ float ex(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x * kLog2e));
+  return y;
 }
+// 1 / x as rcp.approx (relative error ~2^-23); rcp(inf) = 0.
+__device__ __forceinline__ float rcp(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// ---- fla's gates from raw g -------------------------------------------------------------------------
+// log(1 + z) for z in [0, 1] as 2 atanh(s), s = z / (2 + z) in [0, 1/3], by its odd series to s^13:
+// the dropped tail is below s^14 / 15 < 1.4e-8 of the result and the rest is 7 fma and one rcp, so the
+// relative error stays near 2^-22 however small z is (z -> 2 s: no cancellation, unlike log(1 + z),
+// whose absolute error would pile up over the tokens of a weakly decaying sequence).
+__device__ __forceinline__ float log1p_unit(float z) {
+  const float s = z * rcp(2.f + z), s2 = s * s;
+  float p = 1.f / 13.f;
+  p = fmaf(p, s2, 1.f / 11.f);
+  p = fmaf(p, s2, 1.f / 9.f);
+  p = fmaf(p, s2, 1.f / 7.f);
+  p = fmaf(p, s2, 1.f / 5.f);
+  p = fmaf(p, s2, 1.f / 3.f);
+  p = fmaf(p, s2, 1.f);
+  return 2.f * s * p;
+}
+
+// The gate of one head, its constants read once (a CTA or a lane keeps it for all its tokens):
+// g as given, -A softplus(x) or lb sigmoid(A x), x = g + dt_bias[h, key], A = exp(A_log[h]).
+// Relative error of a gate value, fast path against the exact function of the fp32 inputs (the
+// error budget tests/test_kda_fused_gpu.py::test_gate_precision holds it to):
+//   softplus:    2^-22 (ex) + |x| 2^-24 (x log2 e rounded) + ~3 2^-23 (rcp, series, fma)   = 1.6e-6 at |x| = 20
+//   lower bound: 2^-22 (ex) + |A x| 2^-24 + 2^-23 (rcp) + 2^-24 (1 + e^-y rounded)          = 1.6e-6 at |A x| = 20
+// A relative error e of every gate makes e^(G_t - G_s) off by a factor e^(e |G_t - G_s|): weighted by
+// e^-|G_t - G_s| itself, at most e / e of any term, 1e-6 here against the SPEC's 5e-3.
+struct Gate {
+  int mode;
+  float A, lower_bound;
+  __device__ __forceinline__ static Gate of(const kdactl_kda_args& a, int h) {
+    return {a.gate_mode, a.A_log ? expf(a.A_log[h]) : 1.f, a.lower_bound};
+  }
+  __device__ __forceinline__ static float bias(const kdactl_kda_args& a, int h, int key) {
+    return a.dt_bias ? a.dt_bias[static_cast<int64_t>(h) * a.key_dim + key] : 0.f;
+  }
+  // The log decay of raw g (bias: dt_bias of the key, from bias()).
+  __device__ __forceinline__ float operator()(float g, float bias) const {
+    if (mode == KDACTL_GATE_AS_GIVEN) return g;
+    const float x = g + bias;
+    if (mode == KDACTL_GATE_SOFTPLUS) return -A * (fmaxf(x, 0.f) + log1p_unit(ex(-fabsf(x))));
+    return lower_bound * rcp(1.f + ex(-A * x));  // e^-y = inf -> 0: the gate's limit
+  }
+};
 
 // Host: calls f(g element, q/k/v element) with a value of each type the arguments name, so that a
 // launcher instantiates its kernel for exactly the types of this call.

@@ -24,24 +24,11 @@ namespace chunk {
 
 using bf16 = __nv_bfloat16;
 constexpr int C = KDACTL_CHUNK;        // tokens per chunk
-constexpr float kLog2e = 1.4426950408889634f;
-// A and P are formed as (K e^G)(K e^-G)^T on tensor cores while every key's in-chunk decay stays
-// above -kExactBelow (e^-G then fits easily in fp32); past it, exactly, term by term.
-constexpr float kExactBelow = 40.f;
-
-// e^x as one MUFU op: ex2.approx (relative error ~2^-22) flushing denormal results to zero, which
-// only drops terms already below 1e-38 of their neighbours; exp2f would add its denormal handling.
-__device__ __forceinline__ float ex(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x * kLog2e));
-  return y;
-}
-// 1 / x as one MUFU op (rcp.approx, relative error ~2^-23); x = e^G >= e^-kExactBelow here.
-__device__ __forceinline__ float rcp(float x) {
-  float y;
-  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
+// A and P are formed on tensor cores as (K e^G')(K e^-G')^T, G' = G - G_ref with the chunk's middle row
+// as reference (e^(G_t - G_s) = e^G'_t e^-G'_s), while every |G'| and -G_ref stay within kShiftLimit:
+// e^+-60 leaves fp32 room for q and k to 1e12, and the lower-bound gate (>= -5 a token, so |G'| <= 40)
+// always fits. Past it (steeper decays within 8 tokens), exactly, term by term.
+constexpr float kShiftLimit = 60.f;
 
 // One (chunk, head)'s prepared factors in the workspace; every offset is a multiple of 16 bytes.
 // M' and P go as bf16 pairs hi + lo (hi = bf16(x), lo = bf16(x - hi)): the recurrence's bf16
@@ -74,11 +61,76 @@ struct PrepSmem {
   // all of a row's g before it writes that row, so no second buffer (4.3 KB: a producer more per SM).
   static constexpr int kRawAt = GP - K / 2;
   static_assert(kRawAt % 4 == 0, "16-bit g rows start 16-byte aligned");
+  // e^G_ref of each key lives in the pitch padding of G's rows (8 floats a row, K / 8 rows), written
+  // once the cumsum has read all the 16-bit g staged there.
+  static constexpr int kRefRow = C / 2 - 1;
+  static_assert(GP - K == 8 && K / 8 <= C, "e^G_ref fits in G's padding");
+  __device__ static float* ref_of(PrepSmem& sm, int key) { return &sm.G[key / 8][K + key % 8]; }
   In q[C][KP], k[C][KP];
-  float G[C][GP];             // G, then e^G from the A/P pass on
+  float G[C][GP];             // G, then e^(G - G_ref) (the exact path: e^G) from the A/P pass on
   float NM[C][NP], P[C][NP];  // N, then M' in its place; P
   float beta[C];
 };
+
+// A and P term by term, for chunks whose decay is too steep to factor (kShiftLimit): lane j holds
+// keys 4j .. 4j + 3, whose G it has in registers (Gr), so every e^(G_t - G_s) is one MUFU op and
+// its q and k are 8-byte conflict-free reads. Each lane sums its keys' share of the 136 pairs (t, s <= t), P's and A's
+// side by side, and a reduce-scatter over the warp sums the lanes' shares 16 pairs at a time.
+template <int K, typename In, typename Sm>
+__device__ __forceinline__ void exact_a_p(Sm& sm, const float (&Gr)[C][4], int lane, float scale) {
+  constexpr int kPairs = C * (C + 1) / 2, kBatch = 16;  // 2 values a pair: 32 a batch, one a lane
+  const bool keys = lane < K / 4;
+#pragma unroll
+  for (int b = 0; b < (kPairs + kBatch - 1) / kBatch; ++b) {
+    float v[2 * kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int p = b * kBatch + i;
+      float sa = 0.f, sp = 0.f;
+      if (p < kPairs) {
+        int t = 0;
+#pragma unroll
+        for (int r = 1; r < C; ++r) t += r * (r + 1) / 2 <= p;
+        const int s = p - t * (t + 1) / 2;
+        if (keys) {
+          const float4 kt4 = to_f4(&sm.k[t][4 * lane]), qt4 = to_f4(&sm.q[t][4 * lane]), ks4 = to_f4(&sm.k[s][4 * lane]);
+          const float kt[4] = {kt4.x, kt4.y, kt4.z, kt4.w}, qt[4] = {qt4.x, qt4.y, qt4.z, qt4.w},
+                      ks[4] = {ks4.x, ks4.y, ks4.z, ks4.w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float kd = ks[e] * ex(Gr[t][e] - Gr[s][e]);
+            sa = fmaf(kt[e], kd, sa);
+            sp = fmaf(qt[e], kd, sp);
+          }
+        }
+      }
+      v[2 * i] = sp, v[2 * i + 1] = sa;
+    }
+    // Reduce-scatter: after the step of width w, lane l keeps the w values of its half (bit w of l)
+    // summed over the lane pair l, l ^ w; at the end lane l holds value l summed over the warp.
+#pragma unroll
+    for (int w = kBatch; w >= 1; w /= 2) {
+      const bool upper = lane & w;
+#pragma unroll
+      for (int i = 0; i < w; ++i) {
+        const float send = upper ? v[i] : v[i + w], keep = upper ? v[i + w] : v[i];
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, w);
+      }
+    }
+    const int p = b * kBatch + lane / 2;
+    if (p < kPairs) {
+      int t = 0;
+      for (int r = 1; r < C; ++r) t += r * (r + 1) / 2 <= p;
+      const int s = p - t * (t + 1) / 2;
+      if (lane & 1) sm.NM[t][s] = s < t ? sm.beta[t] * v[0] : 0.f;
+      else sm.P[t][s] = scale * v[0];
+    }
+  }
+  for (int p = lane; p < C * C; p += 32) {  // above the diagonal: zero
+    const int t = p / C, s = p % C;
+    if (s > t) sm.NM[t][s] = 0.f, sm.P[t][s] = 0.f;
+  }
+}
 
 // One (chunk, head)'s factors into its workspace block, by one warp: rows row0 .. row0 + ntok - 1 of
 // the flattened layout (ntok <= C), into slot `slot`.
@@ -114,19 +166,30 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
   if (lane < C) sm.beta[lane] = lane < ntok ? load_beta(a, (row0 + lane) * H + h) : 0.f;
   cp_async_wait_all();
   __syncwarp();
-  if (a.qk_l2norm) {  // normalized in place, rounded to q's type as the tensor-core products read them
-    for (int r = 0; r < ntok; ++r) {
-      float qq = 0.f, kk = 0.f;
-      for (int j = lane; j < K; j += 32) {
-        const float x = to_f(sm.q[r][j]), y = to_f(sm.k[r][j]);
-        qq += x * x, kk += y * y;
-      }
-      const float rq = rsqrtf(warp_allreduce(qq) + kL2NormEps), rk = rsqrtf(warp_allreduce(kk) + kL2NormEps);
-      for (int j = lane; j < K; j += 32) {
-        sm.q[r][j] = from_f<In>(to_f(sm.q[r][j]) * rq);
-        sm.k[r][j] = from_f<In>(to_f(sm.k[r][j]) * rk);
-      }
-    }
+  if (a.qk_l2norm) {
+    // Normalized in place, rounded to q's type as the tensor-core products read them. Lanes 2r and
+    // 2r + 1 hold row r between them, alternate 16-byte pieces each (no bank conflicts), so every
+    // row's two sums take one pass and one shuffle. Rows past the end are zero and stay zero.
+    static_assert(K % 16 == 0, "whole 16-byte pieces, two lanes a row");
+    const int r = lane >> 1, first = lane & 1;
+    auto sum_sq = [&](const In* row) {
+      float acc = 0.f;
+      for (int c = first * 8; c < K; c += 16)
+#pragma unroll
+        for (int e = 0; e < 8; e += 2) {
+          const float2 x = to_f2(row + c + e);
+          acc = fmaf(x.x, x.x, fmaf(x.y, x.y, acc));
+        }
+      return rsqrtf(acc + __shfl_xor_sync(0xffffffffu, acc, 1) + kL2NormEps);
+    };
+    auto scale_row = [&](In* row, float rs) {
+      for (int c = first * 8; c < K; c += 16)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) row[c + e] = from_f<In>(to_f(row[c + e]) * rs);
+    };
+    const float rq = sum_sq(sm.q[r]), rk = sum_sq(sm.k[r]);
+    scale_row(sm.q[r], rq);
+    scale_row(sm.k[r], rk);
     __syncwarp();
   }
 
@@ -143,33 +206,36 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
   // some key's decay within the chunk passes -kExactBelow: then as G, for the exact A and P.
   static_assert(K <= 128, "a lane per 4 keys");
   const int j = lane;
-  const bool gated = a.gate_mode != KDACTL_GATE_AS_GIVEN;
-  if (gated) {  // fla's gates from raw g, in a pass of their own (the cumsum below is unrolled)
-#pragma unroll 1
-    for (int r = 0; r < C; ++r) {
-      float4 raw = {};
-      if (j < K / 4) raw = kG16 ? to_f4(raw_g(r) + 4 * j) : to_f4(&sm.G[r][4 * j]);
-      __syncwarp();  // 16-bit g: row r is read by every lane before any lane writes it
-      const bool in = r < ntok;  // past the end: no decay
-      if (j < K / 4)
-        *reinterpret_cast<float4*>(&sm.G[r][4 * j]) =
-            make_float4(in ? gate_of(a, raw.x, h, 4 * j) : 0.f, in ? gate_of(a, raw.y, h, 4 * j + 1) : 0.f,
-                        in ? gate_of(a, raw.z, h, 4 * j + 2) : 0.f, in ? gate_of(a, raw.w, h, 4 * j + 3) : 0.f);
-    }
-    __syncwarp();
-  }
+  // fla's gates from raw g, as each row is summed: the head's constants and this lane's 4 dt_bias
+  // values are read once, and each gate is a few MUFU and FMA ops beside the cumsum.
+  const Gate gate = Gate::of(a, h);
+  const bool gated = gate.mode != KDACTL_GATE_AS_GIVEN;
+  float bias[4] = {0.f, 0.f, 0.f, 0.f};
+  if (gated && j < K / 4)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) bias[e] = Gate::bias(a, h, 4 * j + e);
   bool exact = false;
   float Gr[C][4], run[4] = {0.f, 0.f, 0.f, 0.f};
   if (j < K / 4) {
 #pragma unroll
     for (int r = 0; r < C; ++r) {  // g past the sequence's end was staged as zero: no decay
-      const float4 x = kG16 && !gated ? to_f4(raw_g(r) + 4 * j) : to_f4(&sm.G[r][4 * j]);
+      float4 x = kG16 ? to_f4(raw_g(r) + 4 * j) : to_f4(&sm.G[r][4 * j]);
+      if (gated) {
+        const bool in = r < ntok;  // past the end: no decay (a gate of g = 0 is not 0)
+        x = make_float4(in ? gate(x.x, bias[0]) : 0.f, in ? gate(x.y, bias[1]) : 0.f, in ? gate(x.z, bias[2]) : 0.f,
+                        in ? gate(x.w, bias[3]) : 0.f);
+      }
       run[0] += x.x, run[1] += x.y, run[2] += x.z, run[3] += x.w;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         Gr[r][e] = run[e];
-        exact |= run[e] < -kExactBelow;  // any row's: e^-G must stay finite
       }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {  // e^G' and e^-G' finite, and e^G_ref far above fp32's underflow
+      exact |= Gr[Sm::kRefRow][e] < -kShiftLimit;
+#pragma unroll
+      for (int r = 0; r < C; ++r) exact |= fabsf(Gr[r][e] - Gr[Sm::kRefRow][e]) > kShiftLimit;
     }
     *reinterpret_cast<float4*>(eg_out + 4 * j) = make_float4(ex(run[0]), ex(run[1]), ex(run[2]), ex(run[3]));
 #pragma unroll
@@ -183,12 +249,18 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
   exact = __any_sync(0xffffffffu, exact);
   if (j < K / 4) {  // every lane has read its g of row r above (the 16-bit g's place)
     float4* out = reinterpret_cast<float4*>(&sm.G[0][4 * j]);
+    float4* ref = reinterpret_cast<float4*>(Sm::ref_of(sm, 4 * j));
     if (!exact) {
+      const float* mid = Gr[Sm::kRefRow];
 #pragma unroll
-      for (int r = 0; r < C; ++r) out[r * Sm::GP / 4] = make_float4(ex(Gr[r][0]), ex(Gr[r][1]), ex(Gr[r][2]), ex(Gr[r][3]));
+      for (int r = 0; r < C; ++r)
+        out[r * Sm::GP / 4] = make_float4(ex(Gr[r][0] - mid[0]), ex(Gr[r][1] - mid[1]), ex(Gr[r][2] - mid[2]),
+                                          ex(Gr[r][3] - mid[3]));
+      *ref = make_float4(ex(mid[0]), ex(mid[1]), ex(mid[2]), ex(mid[3]));
     } else {
 #pragma unroll
       for (int r = 0; r < C; ++r) out[r * Sm::GP / 4] = make_float4(Gr[r][0], Gr[r][1], Gr[r][2], Gr[r][3]);
+      *ref = make_float4(1.f, 1.f, 1.f, 1.f);  // the exact pass leaves e^G itself
     }
   }
   __syncwarp();
@@ -204,14 +276,14 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = g + half * 8, col = 8 * kk + 2 * t;
-        const float2 e = *reinterpret_cast<const float2*>(&sm.G[r][col]);  // e^G
+        const float2 e = *reinterpret_cast<const float2*>(&sm.G[r][col]);  // e^G'
         const float2 kv = to_f2(&sm.k[r][col]);
         const float2 qv = to_f2(&sm.q[r][col]);
         ak[half] = to_tf32(kv.x * e.x), ak[half + 2] = to_tf32(kv.y * e.y);
         aq[half] = to_tf32(qv.x * scale * e.x), aq[half + 2] = to_tf32(qv.y * scale * e.y);
         ki[half] = to_tf32(kv.x * rcp(e.x)), ki[half + 2] = to_tf32(kv.y * rcp(e.y));
       }
-      // B = (K e^-G)^T: tokens 0-7 are rows g of this lane's positions, tokens 8-15 rows g+8.
+      // B = (K e^-G')^T: tokens 0-7 are rows g of this lane's positions, tokens 8-15 rows g+8.
       mma_tf32(acc_a[0], ak, ki[0], ki[2]);
       mma_tf32(acc_a[1], ak, ki[1], ki[3]);
       mma_tf32(acc_p[0], aq, ki[0], ki[2]);
@@ -226,19 +298,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
         sm.P[tt][ss] = ss <= tt ? acc_p[nt][i] : 0.f;
       }
   } else {
-    for (int p = lane; p < C * C; p += 32) {
-      const int tt = p / C, ss = p % C;
-      float sa = 0.f, sp = 0.f;
-      if (ss <= tt) {
-        for (int i = 0; i < K; ++i) {
-          const float ks = to_f(sm.k[ss][i]) * ex(sm.G[tt][i] - sm.G[ss][i]);
-          sa = fmaf(to_f(sm.k[tt][i]), ks, sa);
-          sp = fmaf(to_f(sm.q[tt][i]), ks, sp);
-        }
-      }
-      sm.NM[tt][ss] = ss < tt ? sm.beta[tt] * sa : 0.f;
-      sm.P[tt][ss] = ss <= tt ? scale * sp : 0.f;
-    }
+    exact_a_p<K, In>(sm, Gr, lane, scale);
     __syncwarp();  // G is read no more: e^G in its place, as the other path left it
     for (int i = lane; i < C * (K / 4); i += 32) {
       float4* x = reinterpret_cast<float4*>(&sm.G[i / (K / 4)][i % (K / 4) * 4]);
@@ -301,18 +361,20 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     const int col = 8 * nt + g, c0 = 8 * nt + 2 * t;
     float w[4] = {};
     uint32_t qg[2];
+    const float2 ref2 = *reinterpret_cast<const float2*>(Sm::ref_of(sm, c0));  // e^G = e^G' e^G_ref
+    const float ref = *Sm::ref_of(sm, col);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = g + half * 8;
-      const float2 e = *reinterpret_cast<const float2*>(&sm.G[r][c0]);  // e^G
+      const float2 e = *reinterpret_cast<const float2*>(&sm.G[r][c0]);  // e^G'
       const float2 qv = to_f2(&sm.q[r][c0]);
-      qg[half] = pack_bf16(qv.x * scale * e.x, qv.y * scale * e.y);
+      qg[half] = pack_bf16(qv.x * scale * e.x * ref2.x, qv.y * scale * e.y * ref2.y);
     }
 #pragma unroll
     for (int ks = 0; ks < 2; ++ks) {
       const int s0 = 8 * ks + t, s1 = s0 + 4;
-      const uint32_t b0 = to_tf32(to_f(sm.k[s0][col]) * sm.G[s0][col]);
-      const uint32_t b1 = to_tf32(to_f(sm.k[s1][col]) * sm.G[s1][col]);
+      const uint32_t b0 = to_tf32(to_f(sm.k[s0][col]) * sm.G[s0][col] * ref);
+      const uint32_t b1 = to_tf32(to_f(sm.k[s1][col]) * sm.G[s1][col] * ref);
       mma_tf32(w, am[ks], b0, b1);
     }
     __syncwarp();  // every lane's reads of this tile are done

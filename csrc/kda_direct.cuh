@@ -130,6 +130,10 @@ __global__ void __launch_bounds__(128) kda_direct_kernel(const kdactl_kda_args a
     return threadIdx.x < ntok ? load_beta(a, (bos + t0 + threadIdx.x) * H + h) : 0.f;
   };
 
+  const Gate gate = Gate::of(a, h);  // the head's gate constants and this lane's dt_bias, read once
+  float bias[RPL];
+#pragma unroll
+  for (int e = 0; e < RPL; ++e) bias[e] = gate.mode == KDACTL_GATE_AS_GIVEN ? 0.f : Gate::bias(a, h, row0 + e);
   const int64_t ntiles = (len + kTile - 1) / kTile;
   float beta_next = ntiles > 0 ? stage_tile(0, 0) : 0.f;
   if (threadIdx.x < kTile) stage[0].beta[threadIdx.x] = beta_next;
@@ -157,7 +161,7 @@ __global__ void __launch_bounds__(128) kda_direct_kernel(const kdactl_kda_args a
       for (int e = 0; e < RPL; ++e) {
         qf[e] = to_f(st.q[t][row0 + e]);
         kf[e] = to_f(st.k[t][row0 + e]);
-        d[e] = __expf(gate_of(a, to_f(st.g[t][row0 + e]), h, row0 + e));
+        d[e] = ex(gate(to_f(st.g[t][row0 + e]), bias[e]));
         qk += qf[e] * kf[e];
       }
       if (a.qk_l2norm) {  // the warp holds all K rows of the token: its sums are the norms

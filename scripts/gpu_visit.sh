@@ -185,6 +185,15 @@ for _ in range(3): prefill(**x, route='chunk')" > $S/ncu.log 2>&1; echo "ncu rc=
     boundary-sbh) time timeout 120 kdactl bench --shape 1,8192,16 --shape 1,8192,21 --shape 1,8192,24 --shape 1,8192,32 --shape 1,4096,8 --shape 1,2048,2 \
         --shape 1,1024,1 --shape 2,8192,8 --routes chunk,small_bh --peers none --iters 10 --warmup 2 \
         --markdown $OUT/boundary_sbh.md > /dev/null; cat $OUT/boundary_sbh.md ;;
+    gate-ab)  # the serving configurations' kernels: this tree against HEAD's, copied to .old with its build in .old/cache
+      for cfg in ${CONFIGS:-plain bound softplus}; do for gates in ${GATES:-test init}; do
+        [ $cfg = plain ] && [ $gates = init ] && continue
+        for arm in new old; do
+          [ $arm = new ] && pre=() || pre=(env PYTHONPATH=$PWD/.old KDACTL_CACHE_DIR=$PWD/.old/cache)
+          echo "-- $arm"; "${pre[@]}" timeout 100 python3 scripts/kernel_times.py --config $cfg --gates $gates ${GROUTE:-chunk} \
+            ${GSHAPES:-1,8192,64} 2>&1 | grep -E "==|kda_|Self CUDA|Error|error"
+        done
+      done; done ;;
     *) echo "unknown section $section" ;;
   esac
 done

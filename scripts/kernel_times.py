@@ -1,24 +1,73 @@
 """Per-kernel GPU time of one route on one shape (torch.profiler over a few calls, warm L2): where a
-multi-kernel route spends its time.   python3 scripts/kernel_times.py small_bh 1,131072,1 [...]
-A tuning code may follow the route: chunk:100 (its two kernels), chunk:200 (its fused grid)."""
-import sys
+multi-kernel route spends its time.
+
+    python3 scripts/kernel_times.py [--config plain|bound|softplus] [--gates test|init] ROUTE B,T,H [...]
+
+A tuning code may follow the route: chunk:100 (its two kernels), chunk:200 (its fused grid).
+--config: plain is a precomputed log decay with q and k normalized; bound and softplus are the serving
+configurations (q/k l2norm, beta sigmoid and the gate in the kernel; bound with a V-first state).
+--gates: the raw gate inputs, fla's test draw (g, dt_bias ~ N(0, 1): steep decays) or a model at
+initialization (dt_bias = softplus^-1 of dt ~ logU(1e-3, 0.1), as fla's KDA layer draws it)."""
+import argparse
 
 import torch
+
+import kdactl
 from torch.profiler import ProfilerActivity, profile
 
 from kdactl.kda import prefill
+from kdactl.kda.fused import BETA_SIGMOID, GATE_LOWER_BOUND, GATE_SOFTPLUS, Fused
 from kdactl.kda.inputs import random_inputs
 
-route, _, tuning = sys.argv[1].partition(":")
-tuning = int(tuning or 0)
-for spec in sys.argv[2:]:
-    B, T, H = map(int, spec.split(","))
+CONFIGS = {"plain": None, "bound": Fused(True, BETA_SIGMOID, GATE_LOWER_BOUND, -5.0),
+           "softplus": Fused(True, BETA_SIGMOID, GATE_SOFTPLUS)}  # fmt: skip
+
+
+def call_args(B, T, H, config, gates):
     x, _, _ = random_inputs(B, T, H, device="cuda", seed=1)
-    prefill(**x, route=route, tuning=tuning)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(3):
-            prefill(**x, route=route, tuning=tuning)
+    fused = CONFIGS[config]
+    if fused is None:
+        return x, {}
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    K = x["q"].shape[-1]
+    x["q"], x["k"] = (t * 3 for t in (x["q"], x["k"]))  # not normalized: the kernel does it
+    x["g"] = torch.randn(x["g"].shape, device="cuda", generator=gen)
+    x["beta"] = torch.randn(x["beta"].shape, device="cuda", generator=gen).to(x["beta"].dtype)
+    A_log = torch.empty(H, device="cuda").uniform_(1, 16, generator=gen).log()
+    if gates == "test":
+        dt_bias = torch.randn(H * K, device="cuda", generator=gen)
+    else:
+        dt = torch.empty(H * K, device="cuda").uniform_(0, 1, generator=gen) * (torch.log(torch.tensor(0.1)) - torch.log(
+            torch.tensor(1e-3))) + torch.log(torch.tensor(1e-3))  # fmt: skip
+        dt = dt.exp()
+        dt_bias = dt + torch.log(-torch.expm1(-dt))
+    extra = {"fused": fused, "A_log": A_log, "dt_bias": dt_bias}
+    if config == "bound":
+        extra["state_v_first"] = True
+    return x, extra
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", default="plain", choices=list(CONFIGS))
+    ap.add_argument("--gates", default="test", choices=["test", "init"])
+    ap.add_argument("route")
+    ap.add_argument("shapes", nargs="+")
+    args = ap.parse_args()
+    route, _, tuning = args.route.partition(":")
+    tuning = int(tuning or 0)
+    for spec in args.shapes:
+        B, T, H = map(int, spec.split(","))
+        x, extra = call_args(B, T, H, args.config, args.gates)
+        prefill(**x, **extra, route=route, tuning=tuning)
         torch.cuda.synchronize()
-    print(f"== {route} tuning {tuning} B{B} T{T} H{H} (3 calls)")
-    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=8, max_name_column_width=70))
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                prefill(**x, **extra, route=route, tuning=tuning)
+            torch.cuda.synchronize()
+        print(f"== {route} tuning {tuning} {args.config} gates={args.gates} B{B} T{T} H{H} (3 calls, {kdactl.__file__})")
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=8, max_name_column_width=70))
+
+
+if __name__ == "__main__":
+    main()

@@ -63,7 +63,7 @@ def test_gate_parameters_reach_the_kernels_in_fp32(calls):
     ({"state_v_first": True, "transpose_state_layout": True}, "pass state_v_first or the deprecated"),
     ({"return_intermediate_states": True, "disable_recompute": True}, "return_intermediate_states must be used with"),
     ({"cp_context": object()}, "cp_context"),
-    ({"chunk_size": 48}, "chunk_size must be either 32 or 64, got 48"),
+    ({"chunk_size": 48}, "`chunk_size` must be either 32 or 64, got 48"),
     ({"head_first": True}, r"unsupported arguments \['head_first'\]"),
     ({"allow_neg_eigval": True}, "allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True"),
     ({"use_gate_in_kernel": True}, "A_log must be provided"),

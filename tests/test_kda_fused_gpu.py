@@ -168,3 +168,111 @@ def test_state_pool_graph_replay_equals_eager(route):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(o, o_eager) and torch.equal(pool, eager_pool)
+
+
+# --- the in-kernel gate's precision (csrc/device.cuh Gate: fast intrinsics, bounded error) ---------
+
+# Raw gate inputs x = g + dt_bias swept over every region of both gates: softplus's series for
+# e^-|x| and its linear part past 20, the sigmoid's saturation at either end, and x = 0.
+GATE_SWEEP = torch.cat([torch.linspace(-30, 30, 97), torch.tensor([-20.1, -19.9, -15.0, -8.0, -4.16, -4.15, -1e-3,
+                                                                   0.0, 1e-3, 4.15, 4.16, 8.0, 15.0, 19.9, 20.0,
+                                                                   20.1, 25.0, -87.0, 87.0, -0.5, 0.5, -2.0, 2.0,
+                                                                   -6.0, 6.0, -10.0, 10.0, -12.0, 12.0, -3.0, 3.0])])
+
+
+@pytest.mark.parametrize("route, T", [("direct", 16), ("direct", 256), ("chunk", 16), ("chunk", 256), ("chunk", 4096)])
+@pytest.mark.parametrize("gate", ["softplus", "bound"])
+def test_gate_precision(route, T, gate):
+    """With beta = 0 nothing enters the state, so S_T = e^(G_T) S_0 per key, G_T the sum of T equal
+    gates: the log of the final state measures the kernel's gate against the fp64 one. Head 1's
+    A = e^5 turns softplus's tiny values (x = -15: 3e-7 a token) into a decay that thousands of tokens
+    sum to a measurable one, where an absolute error of the gate (log(1 + z) near z = 0) would pile up."""
+    K, H = 128, 2
+    assert GATE_SWEEP.numel() == K
+    fused = Fused(gate_mode=GATE_SOFTPLUS) if gate == "softplus" else Fused(gate_mode=GATE_LOWER_BOUND, lower_bound=-5.0)
+    gen = torch.Generator(device="cuda").manual_seed(T)
+    q = torch.nn.functional.normalize(torch.randn(1, T, H, K, device="cuda", generator=gen), dim=-1).bfloat16()
+    x = {"q": q, "k": q.clone(), "v": torch.randn(1, T, H, K, device="cuda", generator=gen).bfloat16(),
+         "g": torch.zeros(1, T, H, K, device="cuda"), "beta": torch.zeros(1, T, H, device="cuda").bfloat16()}  # fmt: skip
+    A_log = torch.tensor([0.0, 5.0], device="cuda")
+    dt_bias = GATE_SWEEP.to("cuda").repeat(H)
+    s0 = torch.ones(1, H, K, K, device="cuda")
+    _, s = prefill(**x, fused=fused, A_log=A_log, dt_bias=dt_bias, route=route, initial_state=s0,
+                   output_final_state=True)  # fmt: skip
+    torch.cuda.synchronize()
+    _, _, g64, _ = fused_inputs(x["q"][:, :1], x["k"][:, :1], x["v"][:, :1], x["g"][:, :1], x["beta"][:, :1], fused,
+                                A_log, dt_bias)  # fmt: skip
+    G_true = T * g64[0, 0]  # [H, K]
+    G_meas = s[0, :, :, 0].double().log()
+    assert torch.all(s[0] == s[0, :, :, :1]), "every value column decays alike"
+    visible = G_true > -80  # e^G_T above fp32's underflow
+    # Error budget: the gate's own relative error (<= 1.6e-6 at |x| <= 20, device.cuh), fp32 sums and
+    # the decay's e^x per step, each step (token or chunk) ex2.approx's 2^-22 of e^x plus the
+    # argument's rounding: |dG| <= steps 2^-21 + |G| 2^-17 at most.
+    steps = T if route == "direct" else -(-T // 16)
+    bound = steps * 2.0**-21 + G_true.abs() * 2.0**-17
+    err = (G_meas - G_true).abs()
+    worst = (err / bound)[visible].max().item()
+    print(f"worst |dG| / bound = {worst:.3f}; max |dG| = {err[visible].max().item():.3e}")
+    assert worst <= 1.0, f"gate error past its bound: {worst:.2f}x"
+
+
+# --- precision at the cases that broke other kernels --------------------------------------------
+
+def _config(name):
+    if name == "bound":
+        return Fused(True, BETA_SIGMOID, GATE_LOWER_BOUND, -5.0)
+    return Fused(True, BETA_SIGMOID, GATE_SOFTPLUS)
+
+
+@pytest.mark.parametrize("route", ["direct", "chunk", "small_bh"])
+@pytest.mark.parametrize("case", ["identical-keys", "all-at-bound", "half-at-bound", "steep-softplus"])
+def test_precision_edges(route, case):
+    """Runs of identical keys with beta near 1 and no decay; every channel at the lower bound; half
+    the channels at the bound and half with no decay (the chunk's shifted reference at |G'| = 40);
+    a softplus gate of -80 a token (the exact path). Against the fp64 reference, o and state."""
+    T = 2048 if route == "small_bh" else 300
+    x, A_log, dt_bias = raw_inputs(T, 2, 2, seed=len(case))
+    K = x["q"].shape[-1]
+    config = "softplus" if case in ("identical-keys", "steep-softplus") else "bound"
+    if case == "identical-keys":  # no decay (softplus of -90 = 0), beta = sigmoid(12) ~ 1 - 6e-6
+        x["k"][:, :, :] = x["k"][:, :1, :]
+        x["g"].fill_(-90.0)
+        dt_bias.zero_()
+        x["beta"].fill_(12.0)
+    elif case == "all-at-bound":  # lb sigmoid(A x) = lb at x = 50
+        x["g"].fill_(50.0)
+        dt_bias.zero_()
+    elif case == "half-at-bound":
+        x["g"][..., : K // 2] = 50.0
+        x["g"][..., K // 2 :] = -200.0  # sigmoid(-200 A) = 0: no decay
+        dt_bias.zero_()
+    else:  # A = 16, softplus(5) = 5: -80 a token
+        A_log.fill_(4.0).log_()
+        x["g"].fill_(5.0)
+        dt_bias.zero_()
+    s0 = torch.randn(1, 2, K, K, device="cuda") * 0.5
+    check(x, _config(config), A_log, dt_bias, route=route, s0=s0)
+
+
+@pytest.mark.parametrize("config", ["bound", "softplus"])
+@pytest.mark.parametrize("route", ["direct", "chunk"])
+def test_tails_of_1_to_15_tokens(route, config):
+    """Sequences of 16 c + r tokens, r = 1 .. 15: every partial last chunk, with a start state."""
+    lengths = [16 * (r % 3) + r for r in range(1, 16)]
+    x, A_log, dt_bias = raw_inputs(sum(lengths), 2, 4, seed=sum(lengths))
+    cu = cu_seqlens_of(lengths, dtype=torch.int32, device="cuda")
+    s0 = torch.randn(len(lengths), 4, 128, 128, device="cuda") * 0.5
+    check(x, _config(config), A_log, dt_bias, route=route, cu=cu, s0=s0)
+
+
+@pytest.mark.parametrize("decay", [59.0, 61.0])
+def test_chunk_shifted_reference_at_its_limit(decay):
+    """A plain log decay whose last 8 tokens of a chunk sum to -59 (e^+-59 on the tensor cores) and to
+    -61 (past kShiftLimit: the exact path): both against the fp64 reference."""
+    x, _, _ = raw_inputs(256, 2, 2, seed=int(decay))
+    x["g"].fill_(-decay / 8)
+    x["q"], x["k"] = (torch.nn.functional.normalize(t.float(), dim=-1).to(t.dtype) for t in (x["q"], x["k"]))
+    x["beta"] = torch.sigmoid(x["beta"].float()).to(x["beta"].dtype)
+    s0 = torch.randn(1, 2, 128, 128, device="cuda") * 0.5
+    check(x, Fused(), route="chunk", s0=s0)
