@@ -6,8 +6,8 @@
 # written. In parallel first: the wheels into /tmp/site, FlashKDA's build (its log kept), kdactl's
 # build, and fla's Triton warm-ups per head count and configuration (bounded: each under a timeout);
 # then kimi-linear (fla only: needs no FlashKDA), then production with every peer.
-# Env: ITERS (12), WARMUP (2), SUITES ("kimi-linear production"), WARM_TIMEOUT (240 s),
-#      FLASHKDA_TIMEOUT (420 s), BENCH_TIMEOUT (240 s per suite).
+# Env: ITERS (12), WARMUP (2), SUITES ("kimi-linear production"), WARM_TIMEOUT (180 s),
+#      FLASHKDA_TIMEOUT (360 s), BENCH_TIMEOUT (170 s per suite): at most ~9.5 min in all.
 set -uo pipefail
 : "${OUT:?set OUT to the folder that comes back}"
 export PYTHONUNBUFFERED=1 FLA_FLASH_KDA=0 TRITON_CACHE_DIR=/tmp/triton KDACTL_DATA_DIR=/tmp/kd \
@@ -24,12 +24,12 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE .peer
 peers() { PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH} "$@"; }
 
 stamp "background: FlashKDA build, kdactl build, fla warm-ups"
-(s0=$SECONDS; timeout ${FLASHKDA_TIMEOUT:-420} bash .peers/build_flashkda.sh $SITE > $OUT/flashkda_build.log 2>&1
+(s0=$SECONDS; timeout ${FLASHKDA_TIMEOUT:-360} bash .peers/build_flashkda.sh $SITE > $OUT/flashkda_build.log 2>&1
  echo "flashkda build rc=$? ($((SECONDS - s0)) s)" | tee -a $OUT/flashkda_build.log) & fk=$!
 (timeout 200 kdactl build > $S/kdactl_build.log 2>&1; echo "kdactl build rc=$?" >> $S/kdactl_build.log) & kb=$!
 warm=()
 for entry in ${WARM:-4:softplus 8:softplus 16:softplus 32:softplus 12:lower-bound 16:lower-bound 24:lower-bound 64:lower-bound 96:lower-bound}; do
-  peers timeout ${WARM_TIMEOUT:-240} python3 scripts/warm_fla.py $entry > $S/warm_${entry/:/_}.log 2>&1 & warm+=($!)
+  peers timeout ${WARM_TIMEOUT:-180} python3 scripts/warm_fla.py $entry > $S/warm_${entry/:/_}.log 2>&1 & warm+=($!)
 done
 wait $kb; tail -3 $S/kdactl_build.log
 wait "${warm[@]}"; stamp "fla warmed"; cat $S/warm_*.log | grep -E "warmed|Error|error" | tail -20
@@ -37,7 +37,7 @@ wait "${warm[@]}"; stamp "fla warmed"; cat $S/warm_*.log | grep -E "warmed|Error
 bench() {  # suite, then kdactl bench's extra arguments
   local s=$1; shift
   stamp "bench $s $*"
-  peers timeout ${BENCH_TIMEOUT:-240} kdactl bench --suite $s --routes auto --iters $ITERS --warmup $WARMUP \
+  peers timeout ${BENCH_TIMEOUT:-170} kdactl bench --suite $s --routes auto --iters $ITERS --warmup $WARMUP \
     --markdown $OUT/$s.md --json "$@" > $OUT/$s.json 2> $S/$s.err
   echo "bench $s rc=$?"; tail -3 $S/$s.err; cat $OUT/$s.md
 }
