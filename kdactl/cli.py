@@ -103,12 +103,13 @@ def build(
 
 @app.command()
 def bench(
-    suite: Optional[str] = typer.Option(None, "--suite", help="smoke | small-bh | serving | all (default smoke when no --shape/--varlen)."),
+    suite: Optional[str] = typer.Option(None, "--suite", help="smoke | small-bh | serving | production | kimi-linear | all (default smoke when no --shape/--varlen)."),
     shape: Optional[list[str]] = typer.Option(None, "--shape", help="B,T,H[,K,V] (repeatable; K = V = 128 by default)."),
     varlen: Optional[list[str]] = typer.Option(None, "--varlen", help="L1,L2,... sequence lengths of one varlen batch (repeatable; needs --heads)."),
     heads: Optional[int] = typer.Option(None, "--heads", help="Heads for --varlen."),
     routes: Optional[str] = typer.Option(None, "--routes", help="Comma list of auto,direct,chunk,small_bh (default: auto and every route built)."),
-    peers: str = typer.Option("fla", "--peers", help="fla (chunk_kda with FLA_FLASH_KDA=0, fused_recurrent_kda) or none."),
+    peers: str = typer.Option("fla", "--peers", help="Comma list of fla (chunk_kda with FLA_FLASH_KDA=0, fused_recurrent_kda), flashkda (flash_kda.fwd), cudnn (kda_hopper_cuda); all; or none."),
+    config: Optional[str] = typer.Option(None, "--config", help="plain | lower-bound | softplus: how g, q/k and beta are given, for every shape (default: the suite's own; plain for --shape/--varlen)."),
     iters: int = typer.Option(24, "--iters", help="Timed iterations per candidate and shape."),
     warmup: int = typer.Option(3, "--warmup", help="Untimed calls per candidate first (fla autotunes on the first)."),
     markdown: Optional[str] = typer.Option(None, "--markdown", help="Write a markdown table to FILE ('-': stdout, instead of the table)."),
@@ -122,11 +123,11 @@ def bench(
     host: bool = typer.Option(False, "--host", help="CPU microseconds per call (eager and CUDA-graph replay) instead of device time; default shapes B1 T64 H4 and a 4-sequence varlen batch."),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Time KDA prefill routes against each other and against fla: cold L2, ABBA order, checked first."""
+    """Time KDA prefill routes against each other and against peers: cold L2, ABBA order, checked first."""
     from kdactl.bench import BenchOptions, run_bench
 
     opts = BenchOptions(suite=suite, shapes=tuple(shape or ()), varlens=tuple(varlen or ()), heads=heads,
-                        routes=routes, peers=peers, iters=iters, warmup=warmup, gate=gate,
+                        routes=routes, peers=peers, config=config, iters=iters, warmup=warmup, gate=gate,
                         record_baseline=record_baseline, baseline=baseline, tolerance=tolerance,
                         markdown=markdown, plot=plot, device=device, timer=timer, host=host, as_json=as_json)  # fmt: skip
     _run(as_json, lambda s: run_bench(s, opts))

@@ -25,6 +25,7 @@ class FakeHarness:
     host_us: dict[str, float] = field(default_factory=dict)  # --host: CPU us per call (default 10)
     not_capturable: set[str] = field(default_factory=set)
     events: list[str] = field(default_factory=list)  # "flush", "time:<name>", "call:<name>"
+    shapes: list = field(default_factory=list)  # every shape candidates() was asked for
     released: int = 0
     _counts: dict[str, int] = field(default_factory=dict)
     _timing: bool = False
@@ -36,9 +37,9 @@ class FakeHarness:
     def candidates(self, shape, routes, peers) -> list[Candidate]:
         if self.setup_error:
             raise RuntimeError(self.setup_error)
+        self.shapes.append(shape)
         names = list(routes or ("auto", "direct"))
-        if "fla" in peers:
-            names += [n for n in self.times if n.startswith("fla.")]
+        names += [n for p in peers for n in self.times if n.startswith(p + ".")]
         return [self._candidate(n) for n in names]
 
     def _candidate(self, name: str) -> Candidate:

@@ -1,17 +1,16 @@
-"""The GPU-side helpers that also run on the CPU: inputs, the reference with its self-check, the
-device-side error ratio, and the fla peers (with a stand-in fla module)."""
+"""The GPU-side helpers that also run on the CPU: inputs, the reference with its self-check and
+the device-side error ratio, in every configuration."""
 
-import sys
-import types
+import dataclasses
 
 import pytest
 import torch
 
 from kdactl.bench import candidates as cand
-from kdactl.bench.model import UNAVAILABLE
 from kdactl.bench.suites import fixed, varlen
 from kdactl.bench.timing import MIB, flush_bytes_for
-from kdactl.reference import error_ratio, kda_chunked
+from kdactl.bench.configs import LOWER_BOUND, SOFTPLUS
+from kdactl.reference import error_ratio, kda_chunked, kda_recurrent
 
 CPU = torch.device("cpu")
 
@@ -46,6 +45,28 @@ def test_reference_self_check_catches_a_broken_reference(monkeypatch):
         cand.reference(cand.make_inputs(fixed(1, 16, 1), CPU))
 
 
+@pytest.mark.parametrize("config", [LOWER_BOUND, SOFTPLUS])
+def test_raw_logit_inputs_and_their_reference(config):
+    s = dataclasses.replace(varlen((20, 0, 9), 2), config=config.name)
+    x = cand.make_inputs(s, CPU)
+    assert x["config"] is config
+    assert x["g"].dtype == x["beta"].dtype == torch.bfloat16 and (x["g"] > 0).any() and (x["beta"] < 0).any()  # logits
+    assert x["q"].float().norm(dim=-1).mean() > 5  # raw projections: the kernel normalizes
+    a = x["A_log"].exp()
+    assert x["A_log"].shape == (2,) and ((a >= 1) & (a <= 16)).all()
+    assert x["dt_bias"].shape == (2 * 128,) and x["dt_bias"].dtype == torch.float32
+    o, state = cand.reference(x)
+    # The reference applies the configuration's transforms: the fp64 recurrence on hand-made ones agrees.
+    q, k = (torch.nn.functional.normalize(x[n].double(), dim=-1, eps=0) for n in ("q", "k"))
+    z = x["g"].double() + x["dt_bias"].double().view(2, 128)
+    if config is LOWER_BOUND:
+        g = -5 * torch.sigmoid(a.double()[:, None] * z)
+    else:
+        g = -a.double()[:, None] * torch.nn.functional.softplus(z)
+    o64, s64 = kda_recurrent(q, k, x["v"], g, torch.sigmoid(x["beta"].double()), cu_seqlens=x["cu_seqlens"])
+    assert error_ratio(o64, o) < 1e-4 and error_ratio(s64, state) < 1e-4
+
+
 def test_error_ratio_is_the_spec_measure():
     ref, x = torch.randn(4, 8), torch.randn(4, 8)
     want = ((ref.double() - x.double()).square().mean().sqrt() / ref.double().square().mean().sqrt()).item()
@@ -57,54 +78,20 @@ def test_error_ratio_is_the_spec_measure():
     assert error_ratio(ref, x[:2]) == float("inf")
 
 
-def _fake_fla(monkeypatch, chunk_scale=1.0):
-    calls = []
-
-    def chunk_kda(q, k, v, g, beta, output_final_state, cu_seqlens, cu_seqlens_cpu):  # fla 0.6.0 takes the host copy
-        assert cu_seqlens_cpu is None if cu_seqlens is None else cu_seqlens_cpu.device.type == "cpu"
-        calls.append("chunk")
-        o, s = kda_chunked(q, k, v, g, beta, cu_seqlens=cu_seqlens)
-        return (o * chunk_scale).to(torch.bfloat16), s
-
-    def fused_recurrent_kda(q, k, v, g, beta, output_final_state, cu_seqlens):
-        calls.append("recurrent")
-        o, s = kda_chunked(q, k, v, g, beta, cu_seqlens=cu_seqlens)
-        return o.to(torch.bfloat16), s
-
-    fla, ops, kda = (types.ModuleType(n) for n in ("fla", "fla.ops", "fla.ops.kda"))
-    fla.__version__ = "9.9"
-    kda.chunk_kda, kda.fused_recurrent_kda = chunk_kda, fused_recurrent_kda
-    fla.ops, ops.kda = ops, kda
-    for name, mod in (("fla", fla), ("fla.ops", ops), ("fla.ops.kda", kda)):
-        monkeypatch.setitem(sys.modules, name, mod)
-    monkeypatch.delenv("FLA_FLASH_KDA", raising=False)
-    return calls
-
-
-def test_fla_peers_are_checked_and_flashkda_is_off(monkeypatch):
-    calls = _fake_fla(monkeypatch, chunk_scale=1.5)  # chunk_kda is wrong, fused_recurrent_kda right
-    x = cand.make_inputs(varlen((7, 9), 2), CPU)
-    ref = cand.reference(x)
-    peers = {c.name: c for c in cand.peer_candidates(x, ref, ["fla"])}
-    assert set(peers) == {"fla.chunk_kda", "fla.fused_recurrent_kda"}
-    import os
-
-    assert os.environ["FLA_FLASH_KDA"] == "0"
-    assert not peers["fla.chunk_kda"].check().ok
-    good = peers["fla.fused_recurrent_kda"].check()
-    assert good.ok and good.o_err < 5e-3
-    assert calls == ["chunk", "recurrent"]
-    assert cand.peer_candidates(x, ref, []) == []
-
-
-def test_fla_missing_is_unavailable(monkeypatch):
-    monkeypatch.setitem(sys.modules, "fla", None)  # import fla raises ImportError
-    out = cand.peer_candidates({}, None, ["fla"])
-    assert [c.reason_status for c in out] == [UNAVAILABLE, UNAVAILABLE]
-    assert "fla not importable" in out[0].reason
-
-
 def test_flush_is_at_least_twice_l2():
     assert flush_bytes_for(50 * MIB) == 100 * MIB
     assert flush_bytes_for(60 * MIB + 1) >= 120 * MIB + 2
     assert flush_bytes_for(0) >= 2 * 128 * MIB and flush_bytes_for(None) > 0
+
+
+def test_auto_in_a_fused_config_is_called_as_an_engine_calls_fla(monkeypatch):
+    import kdactl.kda as kda
+
+    seen = {}
+    monkeypatch.setattr(kda, "chunk_kda", lambda *args, **kw: seen.update(kw, nargs=len(args)) or ("o", "s"))
+    x = cand.make_inputs(dataclasses.replace(varlen((5, 7), 2), config=LOWER_BOUND.name), CPU)
+    assert cand._engine_call(x, LOWER_BOUND)() == ("o", "s")
+    assert seen["nargs"] == 5 and seen["A_log"] is x["A_log"] and seen["dt_bias"] is x["dt_bias"]
+    assert seen["cu_seqlens_cpu"].device.type == "cpu" and seen["output_final_state"]
+    assert {k: seen[k] for k in LOWER_BOUND.fla_flags()} == LOWER_BOUND.fla_flags()
+    assert seen["state_v_first"] and seen["safe_gate"] and seen["lower_bound"] == -5.0

@@ -69,3 +69,13 @@ def test_timers_measure_a_kernel():
     device_ms = timer.time_ms(lambda: a @ a)
     events_ms = EventTimer(dev).time_ms(lambda: a @ a)
     assert 0 < device_ms <= events_ms * 1.05  # device time leaves the host's launch cost out
+
+
+@pytest.mark.parametrize("config", ["lower-bound", "softplus"])
+def test_fused_configs_check_and_time_auto(config):
+    r = _bench(shapes=("1,512,2",), varlens=("100,7,300",), heads=2, config=config, peers="none")
+    assert r.exit_code == 0, r.reasons
+    for run in r.runs:
+        assert run.shape.key.startswith(f"{config}:")
+        auto = run.outcome("auto")
+        assert auto.status == "ok" and auto.check.o_err <= 5e-3 and auto.check.state_err <= 5e-3, auto

@@ -76,3 +76,31 @@ def test_plot_png(tmp_path):
     png = tmp_path / "bench.png"
     report(plot=png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_error_ratios_and_configs_are_reported():
+    from kdactl.bench.model import Check
+
+    h = FakeHarness(times={"auto": 1.0, "cudnn.kda_hopper_cuda": 0.5}, wrong={"cudnn.kda_hopper_cuda"})
+    r = report(h, shapes=("1,64,2",), routes="auto", peers="cudnn", config="lower-bound")
+    md = r.markdown()
+    assert "| lower-bound:B1-T64-H2-D128 | 1.000 | FAILED |" in md
+    assert "| shape | auto err o / S | cudnn.kda_hopper_cuda err o / S |" in md
+    assert "| lower-bound:B1-T64-H2-D128 | 1.00e-04 / 2.00e-04 | 5.00e-01 / 5.00e-01 |" in md  # the failed one too
+    assert "config lower-bound: gate -5.0*sigmoid(exp(A_log)*(g+dt_bias)), q/k l2norm in kernel" in md
+    assert "A_log = log U(1,16)" in md
+    out = text_of(r)
+    assert "error ratio vs the reference" in out and "5.00e-01 / 5.00e-01" in out and "V-first state" in out
+    doc = r.to_json()
+    assert doc["configs"]["lower-bound"]["inputs"].startswith("q, k ~ N(0,1)")
+    assert doc["shapes"][0]["shape"]["key"] == "lower-bound:B1-T64-H2-D128"
+    assert isinstance(r.runs[0].outcome("auto").check, Check)
+
+
+def test_peer_ratios_and_geomean_against_auto():
+    h = FakeHarness(times={"auto": 2.0, "fla.chunk_kda": 3.0, "flashkda.fwd": 4.0}, unavailable={"flashkda.fwd"})
+    r = report(h, shapes=("1,64,2", "1,128,2"), routes="auto", peers="fla,flashkda")
+    md = r.markdown()
+    assert "| B1-T64-H2-D128 | 2.000 | 3.000 (1.50x) | n/a |" in md
+    assert "| geomean | 2.000 | 3.000 (1.50x) | — |" in md
+    assert "flashkda.fwd [unavailable]: not installed" in md

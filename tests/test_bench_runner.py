@@ -137,6 +137,8 @@ def test_default_baseline_path_is_per_sku(tmp_path, monkeypatch):
     (dict(markdown="-", as_json=True), "stdout"),
     (dict(plot="x.svg"), "png"),
     (dict(timer="tsc"), "--timer"),
+    (dict(config="fused"), "--config"),
+    (dict(peers="fla,flashkda,nvidia"), "--peers"),
 ])  # fmt: skip
 def test_usage_errors_come_before_the_gpu(kw, match):
     with pytest.raises(UsageError, match=match):
@@ -152,3 +154,30 @@ def test_json_keeps_stdout_clean(capsys):
     bench(Chatty(), as_json=True)
     out = capsys.readouterr()
     assert out.out == "" and "autotuning" in out.err
+
+
+def test_peers_all_none_and_comma_lists():
+    assert check_options(BenchOptions(shapes=ONE, peers="all")).peers == ("fla", "flashkda", "cudnn")
+    assert check_options(BenchOptions(shapes=ONE, peers="none")).peers == ()
+    assert check_options(BenchOptions(shapes=ONE, peers="cudnn, fla,cudnn")).peers == ("cudnn", "fla")
+
+
+def test_each_peer_named_is_asked_for_and_shown():
+    h = FakeHarness(times={"auto": 1.0, "fla.chunk_kda": 2.0, "flashkda.fwd": 1.5, "cudnn.kda_hopper_cuda": 0.5},
+                    unavailable={"flashkda.fwd"})  # fmt: skip
+    r = bench(h, routes="auto", peers="flashkda,cudnn")
+    assert [o.name for o in r.runs[0].outcomes] == ["auto", "flashkda.fwd", "cudnn.kda_hopper_cuda"]
+    assert r.runs[0].outcome("flashkda.fwd").status == UNAVAILABLE and r.exit_code == 0
+    assert r.runs[0].median("cudnn.kda_hopper_cuda") == 0.5
+
+
+def test_config_reaches_the_harness_and_keys_results_and_baselines(tmp_path):
+    h = FakeHarness()
+    path = tmp_path / "H200.toml"
+    r = bench(h, suite="smoke", shapes=(), config="lower-bound", record_baseline=True, baseline=path)
+    assert {s.config for s in h.shapes} == {"lower-bound"}
+    assert r.runs[0].shape.key == "lower-bound:B1-T4096-H8-D128"
+    assert set(bl.load(path).shapes) == {f"lower-bound:{s.label}" for s in h.shapes}
+    # A plain run of the same shapes is judged against its own keys: no entry for it yet.
+    assert bench(FakeHarness(), suite="smoke", shapes=(), gate=True, baseline=path).exit_code == 3
+    assert bench(FakeHarness(), suite="smoke", shapes=(), config="lower-bound", gate=True, baseline=path).exit_code == 0

@@ -1,6 +1,8 @@
 import pytest
 
-from kdactl.bench.suites import SUITES, parse_shape, parse_varlen, resolve_shapes, suite_shapes
+import dataclasses
+
+from kdactl.bench.suites import SERVING, SUITES, parse_shape, parse_varlen, resolve_shapes, suite_shapes
 from kdactl.errors import UsageError
 
 
@@ -54,3 +56,44 @@ def test_resolve_defaults_and_dedupes():
         resolve_shapes("nope")
     with pytest.raises(UsageError, match="--heads"):
         resolve_shapes(None, shapes=["1,8,1"], heads=3)
+
+
+def test_production_is_the_lower_bound_config_at_serving_and_per_rank_shapes():
+    prod = SUITES["production"]
+    assert {s.config for s in prod} == {"lower-bound"}
+    assert [s.label for s in prod[:5]] == [s.label for s in SERVING]
+    fixed_heads = {(s.heads, s.seqlen) for s in prod[5:] if not s.varlen}
+    assert fixed_heads == {(h, t) for h in (12, 16, 24) for t in (4096, 8192, 16384, 32768)}
+    assert {(s.seqlens, s.heads) for s in prod if s.varlen and s.heads != 96} == {
+        ((1300, 547, 2048, 963, 271, 3063), 16), ((1300, 547, 2048, 963, 271, 3063), 24),
+        ((16384, 512, 300, 1200, 64), 16)}  # fmt: skip
+    assert len({s.key for s in prod}) == len(prod)
+
+
+def test_kimi_linear_is_the_softplus_config_at_its_per_rank_heads():
+    kimi = SUITES["kimi-linear"]
+    assert {s.config for s in kimi} == {"softplus"}
+    assert {s.heads for s in kimi if not s.varlen} == {4, 8, 16, 32}
+    assert {s.seqlen for s in kimi if not s.varlen} == {8192, 32768}
+    assert sum(s.varlen for s in kimi) == 1
+
+
+def test_keys_stay_labels_for_plain_shapes():
+    assert [s.key for s in SUITES["smoke"]] == ["B1-T4096-H8-D128", "B2-T1024-H16-D128", "varlen(17,300,1000)-H4-D128"]
+    assert SUITES["production"][0].key == "lower-bound:B1-T8192-H64-D128"
+    assert SUITES["production"][0].label == "B1-T8192-H64-D128"
+    with pytest.raises(ValueError, match="configuration"):
+        dataclasses.replace(SERVING[0], config="nope")
+
+
+def test_config_overrides_suites_and_shapes():
+    serving = resolve_shapes("serving", config="lower-bound")
+    assert [s.key for s in serving] == [f"lower-bound:{s.label}" for s in SERVING]
+    assert {s.config for s in resolve_shapes("production", config="plain")} == {"plain"}
+    assert resolve_shapes(None, shapes=["1,64,2"])[0].config == "plain"
+    assert resolve_shapes(None, shapes=["1,64,2"], config="softplus")[0].key == "softplus:B1-T64-H2-D128"
+    with pytest.raises(UsageError, match="--config"):
+        resolve_shapes("serving", config="fused")
+    # One shape in two configurations is two runs (suite all); the same one twice is one.
+    keys = [s.key for s in resolve_shapes("all")]
+    assert len(keys) == len(set(keys)) == sum(len(v) for v in SUITES.values())

@@ -1,6 +1,6 @@
 """Per-SKU performance baselines (fleet/baselines/<SKU>.toml) and the regression gate.
 
-A baseline holds, per shape label, the median of ``auto`` on a real run of that SKU, and a
+A baseline holds, per shape key (its label, prefixed by a configuration other than plain), the median of ``auto`` on a real run of that SKU, and a
 tolerance. The gate fails a shape only when it is slower than ``baseline * (1 + tolerance)`` and
 the slowdown is clear of the run's own spread: even the run's fastest block median is over the
 threshold. A shape that could not be measured, or has no baseline, makes the gate inconclusive.
@@ -114,7 +114,7 @@ def record(old: Baseline | None, runs: Iterable[ShapeRun], sku: str, meta: dict[
         if o is None or o.status != OK or o.summary is None:
             continue
         s = o.summary
-        shapes[run.shape.label] = Entry(round(s.median_ms, 6), round(s.min_ms, 6), round(s.max_ms, 6), _auto_route(o))
+        shapes[run.shape.key] = Entry(round(s.median_ms, 6), round(s.min_ms, 6), round(s.max_ms, 6), _auto_route(o))
     tol = tolerance if tolerance is not None else (old.tolerance if old else DEFAULT_TOLERANCE)
     stamp = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
     # The run's facts (gpu, timer, versions) replace the old ones whole: a peer absent now is not kept.
@@ -142,7 +142,7 @@ def _auto_route(outcome) -> str | None:
 
 
 def judge(run: ShapeRun, baseline: Baseline) -> GateRow:
-    label = run.shape.label
+    label = run.shape.key
     o = run.outcome(GATED)
     entry = baseline.shapes.get(label)
     if o is None or o.status != OK or o.summary is None:
@@ -174,7 +174,7 @@ def gate(runs: Iterable[ShapeRun], baseline: Baseline, timer: str) -> list[GateR
         why = (f"the baseline was timed with {recorded!r}, this run with {timer!r}: not comparable; record the "
                f"baseline again with this timer, or run with --timer {recorded}") if recorded else \
               f"the baseline names no timer, this run used {timer!r}: not comparable; record the baseline again"
-        return [GateRow(r.shape.label, TIMER_MISMATCH, message=why) for r in runs]
+        return [GateRow(r.shape.key, TIMER_MISMATCH, message=why) for r in runs]
     return [judge(r, baseline) for r in runs]
 
 

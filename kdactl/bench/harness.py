@@ -80,11 +80,12 @@ class TorchHarness:
         }  # fmt: skip
 
     def candidates(self, shape: Shape, routes: Sequence[str], peers: Sequence[str]) -> list[Candidate]:
-        from kdactl.bench.candidates import make_inputs, own_candidates, peer_candidates, reference
+        from kdactl.bench.candidates import make_inputs, own_candidates, reference
+        from kdactl.bench.peers import peer_candidates
 
         self.release()
         self._inputs = make_inputs(shape, self.device)
-        log.info("%s: computing the fp32 reference", shape.label)
+        log.info("%s: computing the fp32 reference", shape.key)
         self._ref = ref = reference(self._inputs)
         return own_candidates(self._inputs, ref, routes, self.device) + peer_candidates(self._inputs, ref, peers)
 
@@ -141,7 +142,7 @@ class TorchHarness:
 
 def _fla_version() -> str | None:
     try:
-        from kdactl.bench.candidates import load_fla
+        from kdactl.bench.peers import load_fla
 
         return load_fla()[1]
     except Exception:  # noqa: BLE001 - reported as absent

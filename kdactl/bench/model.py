@@ -19,6 +19,9 @@ from kdactl.reference import ERROR_LIMIT
 # node); "peer" is another library, timed for comparison only.
 OWN_KINDS = ("auto", "route")
 
+# The other libraries `--peers` names (adapters: peers.py).
+PEERS = ("fla", "flashkda", "cudnn")
+
 # Outcome statuses.
 OK, FAILED, ERROR, REJECTED, UNAVAILABLE = "ok", "failed", "error", "rejected", "unavailable"
 

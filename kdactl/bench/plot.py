@@ -33,7 +33,7 @@ def plot_runs(runs: list[ShapeRun], names: list[str], path: Path, title: str) ->
         if xs:
             ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=name)
     ax.set_xticks(range(len(runs)))
-    ax.set_xticklabels([r.shape.label for r in runs], rotation=30, ha="right", fontsize=8)
+    ax.set_xticklabels([r.shape.key for r in runs], rotation=30, ha="right", fontsize=8)
     ax.set_yscale("log")
     ax.set_ylabel("median ms (min-max bars)")
     ax.set_title(title)

@@ -2,8 +2,10 @@
 
 Tables have a row per shape with each candidate's median (ms) and its ratio to ``auto``
 (candidate / auto: above 1 means auto is faster), and a geomean row. A candidate that did not run
-shows why: ``—`` for a route that rejects the shape, ``FAILED`` for a wrong result, ``ERROR`` for a
-crash, ``n/a`` for a peer that is not installed; the reasons are listed under the table.
+shows why: ``—`` for a route or peer that rejects the shape or its configuration, ``FAILED`` for a
+wrong result, ``ERROR`` for a crash, ``n/a`` for a peer that is not installed; the reasons are
+listed under the table. A second table gives each candidate's error ratios against the reference
+(o / final state), and the configurations of the run are spelled out with their inputs.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kdactl.bench import baseline as bl
+from kdactl.bench.configs import CONFIGS
 from kdactl.bench.host import CALLS as HOST_CALLS
 from kdactl.bench.host import REPEATS as HOST_REPEATS
 from kdactl.bench.model import ERROR, FAILED, OK, REJECTED, UNAVAILABLE, ShapeRun
@@ -33,12 +36,12 @@ def verdict(runs: list[ShapeRun], gate_rows: list[bl.GateRow], gating: bool) -> 
     wrong, missing = [], []
     for r in runs:
         if r.error:
-            missing.append(f"{r.shape.label}: {r.error}")
+            missing.append(f"{r.shape.key}: {r.error}")
         for o in r.outcomes:
             if o.own and o.status == FAILED:
-                wrong.append(f"{r.shape.label} {o.name}: {o.reason}")
+                wrong.append(f"{r.shape.key} {o.name}: {o.reason}")
             elif o.own and o.status == ERROR:
-                missing.append(f"{r.shape.label} {o.name}: {o.reason}")
+                missing.append(f"{r.shape.key} {o.name}: {o.reason}")
     wrong += [f"{g.label}: regression: {g.message}" for g in gate_rows if g.status == bl.REGRESSED]
     if gating:
         missing += [f"{g.label}: {g.message}" for g in gate_rows if g.status in bl.UNJUDGED]
@@ -87,6 +90,25 @@ def _geo_cell(g: dict[str, Any], name: str, nshapes: int) -> str:
     return text + (f" [{g['shapes']}/{nshapes}]" if g["shapes"] != nshapes else "")
 
 
+def error_cell(run: ShapeRun, name: str) -> str:
+    o = run.outcome(name)
+    if o is None or o.check is None:
+        return "" if o is None else MARK.get(o.status, o.status)
+    return f"{o.check.o_err:.2e} / {o.check.state_err:.2e}"
+
+
+def error_rows(runs: list[ShapeRun]) -> tuple[list[str], list[list[str]]]:
+    """Error ratio against the reference, o / final state, per candidate checked (FAILED ones too)."""
+    names = columns(runs)
+    return ["shape"] + [f"{n} err o / S" for n in names], [[r.shape.key] + [error_cell(r, n) for n in names] for r in runs]
+
+
+def config_lines(runs: list[ShapeRun]) -> list[str]:
+    """What each configuration in the run computes and which inputs it was given."""
+    used = dict.fromkeys(r.shape.config for r in runs)
+    return [f"config {c}: {CONFIGS[c].summary}; inputs: {CONFIGS[c].inputs}" for c in used]
+
+
 HOST_TITLE = "kdactl bench --host (CPU us per call; (x) = candidate / auto, >1: auto cheaper)"
 
 
@@ -104,7 +126,7 @@ def host_rows(runs: list[ShapeRun]) -> tuple[list[str], list[list[str]]]:
     for r in runs:
         auto = r.outcome("auto")
         base = auto.host if auto is not None and auto.status == OK else None
-        row = [r.shape.label]
+        row = [r.shape.key]
         for n in names:
             o = r.outcome(n)
             if o is None or o.status != OK or o.host is None:
@@ -151,15 +173,15 @@ class BenchReport:
         if self.host:
             return host_rows(self.runs)
         names = columns(self.runs)
-        body = [[r.shape.label] + [cell(r, n) for n in names] for r in self.runs]
+        body = [[r.shape.key] + [cell(r, n) for n in names] for r in self.runs]
         g = geomeans(self.runs)
         body.append(["geomean"] + [_geo_cell(g[n], n, len(self.runs)) for n in names])
         return ["shape"] + [f"{n} ms" for n in names], body
 
     def problems(self) -> list[str]:
-        out = [f"{r.shape.label}: {r.error}" for r in self.runs if r.error]
-        out += [f"{r.shape.label} {o.name} [{o.status}]: {o.reason}" for r in self.runs for o in r.outcomes if o.status != OK]
-        out += [f"{r.shape.label} {o.name}: no replay figure: {o.host.replay_note}" for r in self.runs for o in r.outcomes
+        out = [f"{r.shape.key}: {r.error}" for r in self.runs if r.error]
+        out += [f"{r.shape.key} {o.name} [{o.status}]: {o.reason}" for r in self.runs for o in r.outcomes if o.status != OK]
+        out += [f"{r.shape.key} {o.name}: no replay figure: {o.host.replay_note}" for r in self.runs for o in r.outcomes
                 if o.host is not None and o.host.replay_note]  # fmt: skip
         return out
 
@@ -168,6 +190,8 @@ class BenchReport:
             "schema": SCHEMA, "exit_code": self.exit_code, "reasons": self.reasons, "info": self.info,
             "method": {**self.plan.to_json(), "warmup": self.warmup, "statistic": "median of block medians",
                        "ratio": "candidate median / auto median (>1: auto faster)"},
+            "configs": {c: {"summary": CONFIGS[c].summary, "inputs": CONFIGS[c].inputs}
+                        for c in dict.fromkeys(r.shape.config for r in self.runs)},
             "shapes": [{"shape": r.shape.to_json(), "error": r.error, "candidates": [o.to_json() for o in r.outcomes]}
                        for r in self.runs],
             "geomean": geomeans(self.runs),
@@ -188,7 +212,17 @@ class BenchReport:
         for i, row in enumerate(body):
             table.add_row(*row, end_section=not self.host and i == len(body) - 2)
         console.print(table)
+        if not self.host:
+            head, body = error_rows(self.runs)
+            errors = Table(title="error ratio vs the reference (o / final state; limit 5e-3)")
+            for h in head:
+                errors.add_column(h, justify="left" if h == "shape" else "right")
+            for row in body:
+                errors.add_row(*row)
+            console.print(errors)
         console.print(self.method(), markup=False)
+        for line in config_lines(self.runs):
+            console.print(line, markup=False)
         for line in self.problems():
             console.print(f"  {line}", markup=False)
         for g in self.gate_rows:
@@ -201,11 +235,12 @@ class BenchReport:
         console.print(f"bench: {word}" + (": " + "; ".join(self.reasons) if self.reasons else "") + tail, markup=False)
 
     def markdown(self) -> str:
-        head, body = self.rows()
-        lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
-        lines += ["| " + " | ".join(row) + " |" for row in body]
+        lines = _md_table(*self.rows())
+        if not self.host:
+            lines += ["", "Error ratio against the reference (o / final state; limit 5e-3):", "", *_md_table(*error_rows(self.runs))]
         lines += ["", f"Method: {self.method()}.", "", HOST_TITLE if self.host else
                   "(x) = candidate median / auto median; above 1, auto is faster."]  # fmt: skip
+        lines += [f"- {line}" for line in config_lines(self.runs)]
         lines += [f"- {p}" for p in self.problems()]
         lines += [f"- gate {g.label}: **{g.status}**: {g.message}" for g in self.gate_rows]
         return "\n".join(lines) + "\n"
@@ -214,3 +249,8 @@ class BenchReport:
         from kdactl.bench.plot import plot_runs
 
         plot_runs(self.runs, columns(self.runs), path, title=f"KDA prefill on {self.info.get('gpu')} (cold L2)")
+
+
+def _md_table(head: list[str], body: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    return lines + ["| " + " | ".join(row) + " |" for row in body]

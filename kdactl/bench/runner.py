@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from kdactl.bench import baseline as bl
-from kdactl.bench.model import ERROR, FAILED, OK, Candidate, Harness, Outcome, ShapeRun
+from kdactl.bench.configs import CONFIGS
+from kdactl.bench.model import ERROR, FAILED, OK, PEERS, Candidate, Harness, Outcome, ShapeRun
 from kdactl.bench.order import Plan, abba, plan
 from kdactl.bench.progress import NullProgress, Progress, make_progress
 from kdactl.bench.report import BenchReport, verdict
@@ -30,7 +31,7 @@ from kdactl.settings import Settings
 log = logging.getLogger("kdactl.bench")
 
 KNOWN_ROUTES = ("auto", *ROUTES)
-KNOWN_PEERS = ("fla",)
+KNOWN_PEERS = PEERS
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,8 @@ class BenchOptions:
     varlens: tuple[str, ...] = ()
     heads: Optional[int] = None
     routes: Optional[str] = None  # comma list; None: auto and every route of this build
-    peers: str = "fla"  # comma list, or "none"
+    peers: str = "fla"  # comma list of PEERS, "all", or "none"
+    config: Optional[str] = None  # a name in CONFIGS for every shape; None: each suite's own, plain otherwise
     iters: int = 24  # timed iterations per candidate and shape
     warmup: int = 3  # untimed calls per candidate first (fla autotunes on the first)
     gate: bool = False
@@ -66,21 +68,25 @@ class Request:
     options: BenchOptions = field(repr=False)
 
 
-def _names(text: str, known: tuple[str, ...], option: str) -> tuple[str, ...]:
+def _names(text: str, known: tuple[str, ...], option: str, words: str = "") -> tuple[str, ...]:
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
     bad = [n for n in names if n not in known]
     if bad or not names:
-        raise UsageError(f"{option} takes a comma list of {', '.join(known)}; got {text!r}")
+        raise UsageError(f"{option} takes a comma list of {', '.join(known)}{words}; got {text!r}")
     return names
 
 
 def check_options(o: BenchOptions) -> Request:
     """Every usage error (exit 2) is raised here, before any GPU is touched."""
-    shapes = resolve_shapes(o.suite, o.shapes, o.varlens, o.heads, default=HOST_SHAPES if o.host else None)
+    if o.config is not None and o.config not in CONFIGS:
+        raise UsageError(f"--config must be one of {', '.join(CONFIGS)}, got {o.config!r}")
+    shapes = resolve_shapes(o.suite, o.shapes, o.varlens, o.heads, default=HOST_SHAPES if o.host else None,
+                            config=o.config)  # fmt: skip
     if o.host and (o.gate or o.record_baseline or o.plot is not None):
         raise UsageError("--host measures the CPU cost per call: it takes no --gate, --record-baseline or --plot")
     routes = _names(o.routes, KNOWN_ROUTES, "--routes") if o.routes is not None else None
-    peers = () if o.peers.strip() == "none" else _names(o.peers, KNOWN_PEERS, "--peers")
+    text = o.peers.strip()
+    peers = () if text == "none" else KNOWN_PEERS if text == "all" else _names(o.peers, KNOWN_PEERS, "--peers", ", or all, or none")
     if o.iters < 2:
         raise UsageError(f"--iters must be at least 2 (one ABBA round), got {o.iters}")
     if o.warmup < 1:
@@ -185,11 +191,11 @@ def _write_files(report: BenchReport, o: BenchOptions) -> None:
 def run_shape(harness: Harness, shape: Shape, req: Request, prog: Progress | NullProgress) -> ShapeRun:
     """Check, warm up and time every candidate on one shape. Never raises for a candidate's fault."""
     run = ShapeRun(shape)
-    prog.phase(f"{shape.label}: inputs, reference, checks")
+    prog.phase(f"{shape.key}: inputs, reference, checks")
     try:
         cands = harness.candidates(shape, req.routes, req.peers)
     except Exception as err:  # noqa: BLE001 - the shape is reported as not measured, the run goes on
-        log.warning("%s: setup failed: %s: %s", shape.label, type(err).__name__, err)
+        log.warning("%s: setup failed: %s: %s", shape.key, type(err).__name__, err)
         run.error = f"setup failed: {type(err).__name__}: {err}"
         return run
     live = _check_all(cands, run, prog)
@@ -203,7 +209,7 @@ def run_shape(harness: Harness, shape: Shape, req: Request, prog: Progress | Nul
 
 def _host_all(harness: Harness, live, run: ShapeRun, prog) -> None:
     for c, o in live:
-        prog.phase(f"{run.shape.label}: host cost of {c.name}")
+        prog.phase(f"{run.shape.key}: host cost of {c.name}")
         try:
             o.host = harness.host_cost(c.run)
         except Exception as err:  # noqa: BLE001
@@ -223,7 +229,7 @@ def _check_all(cands: list[Candidate], run: ShapeRun, prog) -> list[tuple[Candid
         if c.reason is not None or c.run is None or c.check is None:
             o.status, o.reason = c.reason_status, c.reason or "not runnable"
             continue
-        prog.phase(f"{run.shape.label}: checking {c.name}")
+        prog.phase(f"{run.shape.key}: checking {c.name}")
         try:
             o.check = c.check()
         except Exception as err:  # noqa: BLE001
@@ -240,7 +246,7 @@ def _check_all(cands: list[Candidate], run: ShapeRun, prog) -> list[tuple[Candid
 def _warm_all(live, run: ShapeRun, warmup: int, prog):
     kept = []
     for c, o in live:
-        prog.phase(f"{run.shape.label}: warming up {c.name}")
+        prog.phase(f"{run.shape.key}: warming up {c.name}")
         try:
             for _ in range(warmup):
                 c.run()
@@ -258,7 +264,7 @@ def _time_all(harness: Harness, live, run: ShapeRun, p: Plan, prog) -> None:
         c, o = by_name[name]
         if o.status != OK:
             continue  # dropped after an error earlier in the schedule
-        prog.phase(f"{run.shape.label}: timing {name} (block {i + 1}/{len(schedule)})")
+        prog.phase(f"{run.shape.key}: timing {name} (block {i + 1}/{len(schedule)})")
         try:
             block = []
             for _ in range(p.block_size):

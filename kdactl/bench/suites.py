@@ -1,14 +1,18 @@
 """The benchmark shapes: the named suites, and parsing of ``--shape`` / ``--varlen``.
 
 A shape is plain data. Fixed batches are ``B,T,H[,K,V]``; a varlen batch is B = 1 with the
-sequence lengths packed along T (``cu_seqlens``). Labels spell the shape (``B1-T8192-H64-D128``)
-and are the keys of the per-SKU baselines, so they must stay stable.
+sequence lengths packed along T (``cu_seqlens``). Labels spell the shape (``B1-T8192-H64-D128``).
+A shape also names its configuration (kdactl.bench.configs): its ``key``, the label prefixed by a
+configuration other than plain, keys results and the per-SKU baselines, so plain shapes keep the
+keys they always had.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
+from kdactl.bench.configs import CONFIGS, LOWER_BOUND, PLAIN, SOFTPLUS, config_named
 from kdactl.errors import UsageError
 
 DEFAULT_DIM = 128
@@ -22,6 +26,11 @@ class Shape:
     key_dim: int = DEFAULT_DIM
     value_dim: int = DEFAULT_DIM
     seqlens: tuple[int, ...] | None = None  # varlen: the packed sequence lengths
+    config: str = PLAIN.name  # a name in kdactl.bench.configs.CONFIGS
+
+    def __post_init__(self) -> None:
+        if self.config not in CONFIGS:
+            raise ValueError(f"unknown bench configuration {self.config!r}; known: {', '.join(CONFIGS)}")
 
     @property
     def varlen(self) -> bool:
@@ -35,11 +44,16 @@ class Shape:
         return f"B{self.batch}-T{self.seqlen}-H{self.heads}-{dims}"
 
     @property
+    def key(self) -> str:
+        """The label, prefixed by the configuration unless it is plain: what results and baselines key on."""
+        return self.label if self.config == PLAIN.name else f"{self.config}:{self.label}"
+
+    @property
     def tokens(self) -> int:
         return self.batch * self.seqlen
 
     def to_json(self) -> dict:
-        return {"label": self.label, "batch": self.batch, "seqlen": self.seqlen, "heads": self.heads,
+        return {"label": self.label, "key": self.key, "config": self.config, "batch": self.batch, "seqlen": self.seqlen, "heads": self.heads,
                 "key_dim": self.key_dim, "value_dim": self.value_dim,
                 "seqlens": list(self.seqlens) if self.seqlens is not None else None}  # fmt: skip
 
@@ -53,7 +67,17 @@ def varlen(lengths, heads: int, key_dim: int = DEFAULT_DIM, value_dim: int = DEF
     return Shape(1, sum(lengths), heads, key_dim, value_dim, lengths)
 
 
+def _in(config, shapes) -> tuple[Shape, ...]:
+    return tuple(dataclasses.replace(s, config=config.name) for s in shapes)
+
+
 SERVING_VARLEN = (1300, 547, 2048, 963, 271, 3063)
+# One long sequence among short ones: a batch a sequence-parallel split must balance by tokens.
+MIXED_VARLEN = (16384, 512, 300, 1200, 64)
+SERVING = (fixed(1, 8192, 64), fixed(1, 8192, 96), fixed(2, 16384, 64), fixed(8, 4096, 12),
+           varlen(SERVING_VARLEN, 96))  # fmt: skip
+PRODUCTION_HEADS, PRODUCTION_SEQLENS = (12, 16, 24), (4096, 8192, 16384, 32768)  # per-rank heads of serving TP
+KIMI_LINEAR_HEADS, KIMI_LINEAR_SEQLENS = (4, 8, 16, 32), (8192, 32768)  # Kimi-Linear: 32 KDA heads of 128
 
 SUITES: dict[str, tuple[Shape, ...]] = {
     # Seconds on a GPU: the perf gate that certify runs.
@@ -61,8 +85,13 @@ SUITES: dict[str, tuple[Shape, ...]] = {
     # Few heads, long sequences (issue 5).
     "small-bh": (fixed(1, 65536, 8), fixed(1, 65536, 4), fixed(1, 131072, 1), fixed(1, 1048576, 1)),
     # Serving prefill (issue 4).
-    "serving": (fixed(1, 8192, 64), fixed(1, 8192, 96), fixed(2, 16384, 64), fixed(8, 4096, 12),
-                varlen(SERVING_VARLEN, 96)),  # fmt: skip
+    "serving": SERVING,
+    # What serving engines run (FlashKDA's math): the serving shapes and per-rank head counts.
+    "production": _in(LOWER_BOUND, (*SERVING, *(fixed(1, t, h) for h in PRODUCTION_HEADS for t in PRODUCTION_SEQLENS),
+                                    varlen(SERVING_VARLEN, 16), varlen(SERVING_VARLEN, 24), varlen(MIXED_VARLEN, 16))),
+    # Kimi-Linear's call of fla's chunk_kda (softplus gate), at its per-rank head counts.
+    "kimi-linear": _in(SOFTPLUS, (*(fixed(1, t, h) for h in KIMI_LINEAR_HEADS for t in KIMI_LINEAR_SEQLENS),
+                                  varlen(SERVING_VARLEN, 16))),
 }
 SUITE_NAMES = (*SUITES, "all")
 # What --host measures when no shape is named: a decode-sized prefill, where the host's cost of
@@ -109,9 +138,10 @@ def parse_varlen(text: str, heads: int | None) -> Shape:
 
 
 def resolve_shapes(suite: str | None, shapes=(), varlens=(), heads: int | None = None,
-                   default: tuple[Shape, ...] | None = None) -> list[Shape]:  # fmt: skip
+                   default: tuple[Shape, ...] | None = None, config: str | None = None) -> list[Shape]:  # fmt: skip
     """The shapes to run: the suite's (``default``, else smoke, when nothing is named), then --shape,
-    then --varlen; duplicates dropped, order kept."""
+    then --varlen, each in its own configuration (a suite's, else plain) unless ``config`` names one
+    for all; duplicates dropped, order kept."""
     picked: list[Shape] = []
     if suite is not None:
         picked.extend(suite_shapes(suite))
@@ -121,5 +151,7 @@ def resolve_shapes(suite: str | None, shapes=(), varlens=(), heads: int | None =
     picked.extend(parse_varlen(v, heads) for v in varlens)
     if heads is not None and not varlens:
         raise UsageError("--heads only applies to --varlen")
+    if config is not None:
+        picked = [dataclasses.replace(s, config=config_named(config).name) for s in picked]
     seen: set[str] = set()
-    return [s for s in picked if not (s.label in seen or seen.add(s.label))]
+    return [s for s in picked if not (s.key in seen or seen.add(s.key))]

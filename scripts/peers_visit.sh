@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# One device visit that times kdactl against its peers (fla, FlashKDA, cuDNN) in the serving
+# configurations: bash scripts/peers_visit.sh, from the repository root, with $OUT set.
+# Needs the ignored .peers/ folder beside the sources (wheels, FlashKDA + CUTLASS sources, the build
+# script; .peers/README.md says what is there). Everything goes to /tmp and $OUT; no tracked file is
+# written. In parallel first: the wheels into /tmp/site, FlashKDA's build (its log kept), kdactl's
+# build, and fla's Triton warm-ups per head count and configuration (bounded: each under a timeout);
+# then kimi-linear (fla only: needs no FlashKDA), then production with every peer.
+# Env: ITERS (12), WARMUP (2), SUITES ("kimi-linear production"), WARM_TIMEOUT (180 s),
+#      FLASHKDA_TIMEOUT (360 s), BENCH_TIMEOUT (170 s per suite): at most ~9.5 min in all.
+set -uo pipefail
+: "${OUT:?set OUT to the folder that comes back}"
+export PYTHONUNBUFFERED=1 FLA_FLASH_KDA=0 TRITON_CACHE_DIR=/tmp/triton KDACTL_DATA_DIR=/tmp/kd \
+  KDACTL_CACHE_DIR=${KDACTL_CACHE_DIR:-$PWD/.cache/kdactl}
+ITERS=${ITERS:-12} WARMUP=${WARMUP:-2} SUITES=${SUITES:-"kimi-linear production"}
+S=/tmp/peers_visit SITE=/tmp/site
+mkdir -p $S $SITE $KDACTL_DATA_DIR
+exec > >(tee -a $OUT/peers_visit.log) 2>&1
+t0=$SECONDS; stamp() { echo "== $* (+$((SECONDS - t0)) s)"; }
+[ -d .peers/whl ] || { echo "no .peers/ here: copy it beside the sources first"; exit 2; }
+python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | grep -v WARNING
+chmod -R go-w .cache 2>/dev/null  # a carried kernel cache: the cache refuses writable ones
+python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE .peers/whl/*.whl 2>&1 | grep -v WARNING
+peers() { PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH} "$@"; }
+
+stamp "background: FlashKDA build, kdactl build, fla warm-ups"
+(s0=$SECONDS; timeout ${FLASHKDA_TIMEOUT:-360} bash .peers/build_flashkda.sh $SITE > $OUT/flashkda_build.log 2>&1
+ echo "flashkda build rc=$? ($((SECONDS - s0)) s)" | tee -a $OUT/flashkda_build.log) & fk=$!
+(timeout 200 kdactl build > $S/kdactl_build.log 2>&1; echo "kdactl build rc=$?" >> $S/kdactl_build.log) & kb=$!
+warm=()
+for entry in ${WARM:-4:softplus 8:softplus 16:softplus 32:softplus 12:lower-bound 16:lower-bound 24:lower-bound 64:lower-bound 96:lower-bound}; do
+  peers timeout ${WARM_TIMEOUT:-180} python3 scripts/warm_fla.py $entry > $S/warm_${entry/:/_}.log 2>&1 & warm+=($!)
+done
+wait $kb; tail -3 $S/kdactl_build.log
+wait "${warm[@]}"; stamp "fla warmed"; cat $S/warm_*.log | grep -E "warmed|Error|error" | tail -20
+
+bench() {  # suite, then kdactl bench's extra arguments
+  local s=$1; shift
+  stamp "bench $s $*"
+  peers timeout ${BENCH_TIMEOUT:-170} kdactl bench --suite $s --routes auto --iters $ITERS --warmup $WARMUP \
+    --markdown $OUT/$s.md --json "$@" > $OUT/$s.json 2> $S/$s.err
+  echo "bench $s rc=$?"; tail -3 $S/$s.err; cat $OUT/$s.md
+}
+for s in $SUITES; do
+  case $s in
+    kimi-linear) bench kimi-linear --peers fla ;;
+    production)
+      wait $fk; tail -2 $OUT/flashkda_build.log
+      peers python3 -c "import torch, flash_kda; print('flash_kda imports')" 2>&1 | tail -1
+      peers python3 -c "import cudnn; from cudnn.linear_attention import kimi_delta_attention; print('cudnn', cudnn.__version__ if hasattr(cudnn, '__version__') else '', 'imports')" 2>&1 | tail -1
+      bench production --peers fla,flashkda,cudnn ;;
+    *) bench $s --peers all ;;
+  esac
+done
+wait $fk 2>/dev/null
+stamp "done"
