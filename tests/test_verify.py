@@ -16,9 +16,11 @@ def doc(**kw):
     base = {
         "schema": cm.SCHEMA, "verdict": "certified", "reason": "8 checks, none failed", "scope": "full",
         "issued_at": cm.stamp(cf.NOW), "expires_at": cm.stamp(cf.NOW + timedelta(days=7)),
-        "node": {"hostname": "node-a", "fingerprint": {"gpu_uuids": [cf.uuid(0)]}},
+        "node": {"hostname": "node-a", "fingerprint": {"gpu_uuids": [cf.uuid(0)], "driver_version": "580.159.04",
+                                                       "cuda_toolkit": "13.0", "artifact_sha256": {"sm_90a": cf.SHA}}},
         "versions": {"kdactl": "0.1.0", "driver": "580.159.04"},
-        "gpus": [{"index": 0, "uuid": cf.uuid(0), "target": "sm_90a", "artifact_sha256": cf.SHA}],
+        "gpus": [{"index": 0, "uuid": cf.uuid(0), "name": "NVIDIA H200", "sku": "H200", "cc": "9.0", "target": "sm_90a",
+                  "artifact_sha256": cf.SHA}],
         "results": [{"check": "suite", "gpu": 0, "status": "pass", "duration_s": 1.5, "message": "ünïcode ok"}],
     }  # fmt: skip
     base.update(kw)
@@ -157,7 +159,7 @@ def test_cli_exit_codes(tmp_path):
     ("node", "node-a", "node is a string, expected an object"),
     ("gpus", {"0": {}}, "gpus is an object, expected a list"),
     ("results", [["suite", "pass"]], "results[0] is a list, expected an object"),
-    ("results", [{"check": "suite", "gpu": "0", "status": "pass"}], "results[0].gpu '0' is neither"),
+    ("results", [{"check": "suite", "gpu": "0", "status": "pass"}], "results[0].gpu is a string, expected an integer or null"),
 ])  # fmt: skip
 def test_well_sealed_document_of_the_wrong_shape_is_invalid_in_one_line(tmp_path, field, value, match):
     """A digest proves only that nothing changed since sealing: the shape is checked too, and the
