@@ -199,3 +199,32 @@ def test_inconclusive_certificate_is_3_not_1(tmp_path):
     late = gate(s, now=cf.NOW + timedelta(days=8))  # evidence against it still wins: expired is 1
 
     assert late.exit_code == 1 and late.failures[0].startswith("expired")
+
+
+@pytest.mark.parametrize("where, value, problem", cf.WRONG_TYPES)
+def test_sealed_wrong_type_fails_the_gate_not_internal_error(tmp_path, where, value, problem):
+    s, _ = certify(tmp_path)
+    cf.reseal_changed(s.data_dir / "cert.json", where, value)
+    rep = gate(s)
+    assert rep.exit_code == 1 and f"invalid certificate (kdactl.cert/v1): {problem}" in rep.failures, rep.failures
+
+
+@pytest.mark.parametrize("token, problem", cf.BAD_TOKENS)
+def test_non_finite_numbers_and_deep_nesting_fail_the_gate(tmp_path, token, problem):
+    s, _ = certify(tmp_path)
+    cf.reseal_changed(s.data_dir / "cert.json", token=token)
+    rep = gate(s)
+    assert rep.exit_code == 1 and len(rep.failures) == 1 and problem in rep.failures[0], rep.failures
+    env = {"KDACTL_DATA_DIR": str(s.data_dir), "KDACTL_CACHE_DIR": str(s.cache_dir), "KDACTL_CERT_KEY": ""}
+    r = CliRunner().invoke(app, ["gate", "--json"], env=env)
+    assert r.exit_code == 1 and json.loads(r.stdout)["result"] == "fail" and problem in r.stdout, r.output
+
+
+def test_an_invalid_inconclusive_certificate_is_1_not_3(tmp_path):
+    """An invalid document's verdict means nothing: 'inconclusive' in it does not make the gate say 3."""
+    s = cf.settings(tmp_path)
+    certify_command(s, CertifyOptions(), cf.deps(cf.no_gpu_node()))
+    cf.reseal_changed(s.data_dir / "cert.json", ("node", "hostname"), ["vm"])
+    rep = gate(s)
+    assert rep.exit_code == 1 and rep.unknown == [] and rep.failures == [
+        "invalid certificate (kdactl.cert/v1): node.hostname is a list, expected a string"]

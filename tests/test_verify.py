@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kdactl.certify import certificate as cm
+from kdactl.certify.command import CertifyOptions, certify_command
 from kdactl.certify.verify import verify_command
 from kdactl.cli import app
 from tests import certify_fakes as cf
@@ -171,3 +172,32 @@ def test_well_sealed_document_of_the_wrong_shape_is_invalid_in_one_line(tmp_path
     for args in (["verify", str(path)], ["verify", str(path), "--json"]):
         r = CliRunner().invoke(app, args, env=env)
         assert r.exit_code == 1 and "Traceback" not in r.output and match in r.stdout, r.output
+
+
+def _built(tmp_path):
+    s = cf.settings(tmp_path)
+    certify_command(s, CertifyOptions(), cf.deps(cf.node(8)))
+    return s.data_dir / "cert.json"
+
+
+@pytest.mark.parametrize("where, value, problem", cf.WRONG_TYPES)
+def test_sealed_wrong_type_below_the_top_is_invalid(tmp_path, where, value, problem):
+    path = cf.reseal_changed(_built(tmp_path), where, value)
+    rep = verify(path)
+    assert rep.exit_code == 1 and problem in rep.failures, rep.failures
+
+
+@pytest.mark.parametrize("token, problem", cf.BAD_TOKENS)
+def test_non_finite_numbers_and_deep_nesting_are_invalid_not_internal_errors(tmp_path, token, problem):
+    path = cf.reseal_changed(_built(tmp_path), token=token)
+    rep = verify(path)
+    assert rep.exit_code == 1 and len(rep.failures) == 1 and problem in rep.failures[0], rep.failures
+    r = CliRunner().invoke(app, ["verify", str(path)], env={"KDACTL_CERT_KEY": "", "KDACTL_DATA_DIR": str(tmp_path)})
+    assert r.exit_code == 1 and "INVALID" in r.stdout and problem in r.stdout, r.output
+
+
+def test_cli_names_the_problem_of_a_sealed_wrong_type(tmp_path):
+    path = cf.reseal_changed(_built(tmp_path), ("node", "hostname"), ["node-a", "node-b"])
+    r = CliRunner().invoke(app, ["verify", str(path), "--json"], env={"KDACTL_CERT_KEY": "", "KDACTL_DATA_DIR": str(tmp_path)})
+    out = json.loads(r.stdout)
+    assert r.exit_code == 1 and out["valid"] is False and out["failures"] == ["node.hostname is a list, expected a string"]
