@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from kdactl.certify.command import Deps
+from kdactl.certify.fingerprint import Artifact
 from kdactl.certify.orchestrate import GpuJob, NullProgress
 from kdactl.certify.stages import Plan, StageSpec, default_plan
 from kdactl.hw.facts import GpuFacts, NodeFacts
@@ -22,7 +23,9 @@ from kdactl.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
-SHA = "ab" * 32
+SHA = "ab" * 32  # the library's bytes
+BUILD = "ef" * 32  # its build inputs (kdactl.jit.cache.build_key)
+ARTIFACT = Artifact(SHA, BUILD)
 
 
 def uuid(i: int) -> str:
@@ -96,7 +99,7 @@ def deps(facts: NodeFacts, runner: FakeRunner | None = None, plan: Plan | None =
     return Deps(
         gather=lambda s: facts, runner=runner or FakeRunner(), plan=plan or default_plan(quick), progress=NullProgress(),
         now=kw.get("now", lambda: NOW), hostname=lambda: "node-a", sanitizer_version=lambda s: "2025.2.1",
-        artifacts=lambda s, targets: ({t: SHA for t in targets}, {}),
+        artifacts=lambda s, targets: ({t: ARTIFACT for t in targets}, {}),
     )  # fmt: skip
 
 
