@@ -1,15 +1,15 @@
 """``kdactl gate``: a fast (well under a second) yes/no for Slurm HealthCheckProgram / Prolog and
 Kubernetes readiness, from the cached certificate and the node's fingerprint now.
 
-Passes only when the certificate is intact (digest; signature when a key is configured), not
-expired, says ``certified``, covers a full (not ``--quick``) run of every GPU on the node, and the
-node's GPU uuids, driver, CUDA toolkit and kernel library sha256 are what they were at
-certification. Exit 0 pass; 1 fail (each reason one line); 3 cannot tell (NVML cannot be read, or
+Passes only when the certificate is a valid document (kdactl.certify.schema), intact (digest;
+signature when a key is configured), not expired, says ``certified``, covers a full (not ``--quick``)
+run of every GPU on the node, and the node's GPU uuids, driver, CUDA toolkit and kernel library build
+inputs are what they were at certification (fingerprint.py). Exit 0 pass; 1 fail (each reason one line); 3 cannot tell (NVML cannot be read, or
 an otherwise valid certificate says ``inconclusive``: SPEC exit 3).
 No certificate at all is a fail (1): an uncertified node must not take work.
 
-No torch here: GPUs and driver come from NVML, the toolkit from nvcc, the library's sha256 from its
-verified manifest. Nothing is loaded or built.
+No torch here: GPUs and driver come from NVML, the toolkit from nvcc, the library's build inputs
+from its verified manifest. Nothing is loaded or built.
 """
 
 from __future__ import annotations
