@@ -4,8 +4,9 @@ Kubernetes readiness, from the cached certificate and the node's fingerprint now
 Passes only when the certificate is a valid document (kdactl.certify.schema), intact (digest;
 signature when a key is configured), not expired, says ``certified``, covers a full (not ``--quick``)
 run of every GPU on the node, and the node's GPU uuids, driver, CUDA toolkit and kernel library build
-inputs are what they were at certification (fingerprint.py). Exit 0 pass; 1 fail (each reason one line); 3 cannot tell (NVML cannot be read, or
-an otherwise valid certificate says ``inconclusive``: SPEC exit 3).
+inputs are what they were at certification (fingerprint.py). Exit 0 pass; 1 fail (each reason one
+line, an invalid certificate included); 3 cannot tell (NVML cannot be read, or an otherwise valid
+certificate says ``inconclusive``: SPEC exit 3).
 No certificate at all is a fail (1): an uncertified node must not take work.
 
 No torch here: GPUs and driver come from NVML, the toolkit from nvcc, the library's build inputs
