@@ -242,13 +242,35 @@ struct Gate {
   __device__ __forceinline__ static float bias(const kdactl_kda_args& a, int h, int key) {
     return a.dt_bias ? a.dt_bias[static_cast<int64_t>(h) * a.key_dim + key] : 0.f;
   }
-  // The log decay of raw g (bias: dt_bias of the key, from bias()).
-  __device__ __forceinline__ float operator()(float g, float bias) const {
-    if (mode == KDACTL_GATE_AS_GIVEN) return g;
-    const float x = g + bias;
-    if (mode == KDACTL_GATE_SOFTPLUS) return -A * (fmaxf(x, 0.f) + log1p_unit(ex(-fabsf(x))));
-    return lower_bound * rcp(1.f + ex(-A * x));  // e^-y = inf -> 0: the gate's limit
+  // The log decay of raw g (bias: dt_bias of the key, from bias()), for a mode known at compile time:
+  // a loop over many elements takes one instance per mode, with no other mode's math in it.
+  template <int MODE>
+  __device__ __forceinline__ float apply(float g, float bias) const {
+    if constexpr (MODE == KDACTL_GATE_AS_GIVEN) {
+      return g;
+    } else if constexpr (MODE == KDACTL_GATE_SOFTPLUS) {
+      const float x = g + bias;
+      return -A * (fmaxf(x, 0.f) + log1p_unit(ex(-fabsf(x))));
+    } else {
+      return lower_bound * rcp(1.f + ex(-A * (g + bias)));  // e^-y = inf -> 0: the gate's limit
+    }
   }
+  __device__ __forceinline__ float operator()(float g, float bias) const {
+    return mode == KDACTL_GATE_AS_GIVEN ? g
+           : mode == KDACTL_GATE_SOFTPLUS ? apply<KDACTL_GATE_SOFTPLUS>(g, bias)
+                                          : apply<KDACTL_GATE_LOWER_BOUND>(g, bias);
+  }
+  // Calls f(std::integral_constant-like tag) with this gate's mode as a compile-time value.
+  template <typename F>
+  __device__ __forceinline__ void with_mode(F&& f) const {
+    if (mode == KDACTL_GATE_SOFTPLUS) f(Mode<KDACTL_GATE_SOFTPLUS>{});
+    else if (mode == KDACTL_GATE_LOWER_BOUND) f(Mode<KDACTL_GATE_LOWER_BOUND>{});
+    else f(Mode<KDACTL_GATE_AS_GIVEN>{});
+  }
+  template <int M>
+  struct Mode {
+    static constexpr int value = M;
+  };
 };
 
 // Host: calls f(g element, q/k/v element) with a value of each type the arguments name, so that a

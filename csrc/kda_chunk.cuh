@@ -72,63 +72,56 @@ struct PrepSmem {
   float beta[C];
 };
 
-// A and P term by term, for chunks whose decay is too steep to factor (kShiftLimit): lane j holds
-// keys 4j .. 4j + 3, whose G it has in registers (Gr), so every e^(G_t - G_s) is one MUFU op and
-// its q and k are 8-byte conflict-free reads. Each lane sums its keys' share of the 136 pairs (t, s <= t), P's and A's
-// side by side, and a reduce-scatter over the warp sums the lanes' shares 16 pairs at a time.
-template <int K, typename In, typename Sm>
-__device__ __forceinline__ void exact_a_p(Sm& sm, const float (&Gr)[C][4], int lane, float scale) {
-  constexpr int kPairs = C * (C + 1) / 2, kBatch = 16;  // 2 values a pair: 32 a batch, one a lane
-  const bool keys = lane < K / 4;
+// One step of a reduce-scatter of 2W values over the warp: lane l keeps the W values of its half (bit W
+// of l), summed over lanes l and l ^ W. After the steps 16, 8, 4, 2, 1 of 32 values, lane l holds value
+// l summed over the warp. The halves are chosen by a bit select (a ?: on v's places put v in local memory).
+template <int W>
+__device__ __forceinline__ void reduce_scatter_step(float (&v)[32], int lane) {
+  const unsigned upper = lane & W ? ~0u : 0u;
 #pragma unroll
-  for (int b = 0; b < (kPairs + kBatch - 1) / kBatch; ++b) {
-    float v[2 * kBatch];
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      const int p = b * kBatch + i;
-      float sa = 0.f, sp = 0.f;
-      if (p < kPairs) {
-        int t = 0;
-#pragma unroll
-        for (int r = 1; r < C; ++r) t += r * (r + 1) / 2 <= p;
-        const int s = p - t * (t + 1) / 2;
-        if (keys) {
-          const float4 kt4 = to_f4(&sm.k[t][4 * lane]), qt4 = to_f4(&sm.q[t][4 * lane]), ks4 = to_f4(&sm.k[s][4 * lane]);
-          const float kt[4] = {kt4.x, kt4.y, kt4.z, kt4.w}, qt[4] = {qt4.x, qt4.y, qt4.z, qt4.w},
-                      ks[4] = {ks4.x, ks4.y, ks4.z, ks4.w};
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float kd = ks[e] * ex(Gr[t][e] - Gr[s][e]);
-            sa = fmaf(kt[e], kd, sa);
-            sp = fmaf(qt[e], kd, sp);
-          }
-        }
-      }
-      v[2 * i] = sp, v[2 * i + 1] = sa;
-    }
-    // Reduce-scatter: after the step of width w, lane l keeps the w values of its half (bit w of l)
-    // summed over the lane pair l, l ^ w; at the end lane l holds value l summed over the warp.
-#pragma unroll
-    for (int w = kBatch; w >= 1; w /= 2) {
-      const bool upper = lane & w;
-#pragma unroll
-      for (int i = 0; i < w; ++i) {
-        const float send = upper ? v[i] : v[i + w], keep = upper ? v[i + w] : v[i];
-        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, w);
-      }
-    }
-    const int p = b * kBatch + lane / 2;
-    if (p < kPairs) {
-      int t = 0;
-      for (int r = 1; r < C; ++r) t += r * (r + 1) / 2 <= p;
-      const int s = p - t * (t + 1) / 2;
-      if (lane & 1) sm.NM[t][s] = s < t ? sm.beta[t] * v[0] : 0.f;
-      else sm.P[t][s] = scale * v[0];
-    }
+  for (int u = 0; u < W; ++u) {
+    const unsigned lo = __float_as_uint(v[u]), hi = __float_as_uint(v[u + W]);
+    const float send = __uint_as_float((lo & upper) | (hi & ~upper));
+    const float keep = __uint_as_float((hi & upper) | (lo & ~upper));
+    v[u] = keep + __shfl_xor_sync(0xffffffffu, send, W);
   }
-  for (int p = lane; p < C * C; p += 32) {  // above the diagonal: zero
-    const int t = p / C, s = p % C;
-    if (s > t) sm.NM[t][s] = 0.f, sm.P[t][s] = 0.f;
+}
+
+// A and P term by term, for chunks whose decay is too steep to factor (kShiftLimit), from G as staged
+// (sm.G, before the e^G pass): lane j holds keys 4j .. 4j + 3, so every e^(G_t - G_s) is one MUFU op
+// and each read is 16 conflict-free bytes. Row t at a time, each lane sums its keys' share of P_ts
+// and A_ts for s <= t (32 values), then a reduce-scatter sums the lanes' shares: lane 2s + 1 holds
+// A_ts, lane 2s P_ts, and the places above the diagonal stay zero. The loop over t stays rolled, so
+// this rarely taken path adds little code beside the tensor-core one.
+template <int K, typename In, typename Sm>
+__device__ __forceinline__ void exact_a_p(Sm& sm, int lane, float scale) {
+  static_assert(2 * C == 32, "a row's P and A values, one a lane");
+  const bool keys = lane < K / 4;
+#pragma unroll 1
+  for (int t = 0; t < C; ++t) {
+    float v[2 * C];
+    float4 kt = make_float4(0.f, 0.f, 0.f, 0.f), qt = kt, Gt = kt;
+    if (keys) kt = to_f4(&sm.k[t][4 * lane]), qt = to_f4(&sm.q[t][4 * lane]), Gt = to_f4(&sm.G[t][4 * lane]);
+#pragma unroll
+    for (int s = 0; s < C; ++s) {
+      float sa = 0.f, sp = 0.f;
+      if (keys && s <= t) {
+        const float4 ks = to_f4(&sm.k[s][4 * lane]), Gs = to_f4(&sm.G[s][4 * lane]);
+        const float d0 = ks.x * ex(Gt.x - Gs.x), d1 = ks.y * ex(Gt.y - Gs.y);
+        const float d2 = ks.z * ex(Gt.z - Gs.z), d3 = ks.w * ex(Gt.w - Gs.w);
+        sa = fmaf(kt.x, d0, fmaf(kt.y, d1, fmaf(kt.z, d2, kt.w * d3)));
+        sp = fmaf(qt.x, d0, fmaf(qt.y, d1, fmaf(qt.z, d2, qt.w * d3)));
+      }
+      v[2 * s] = sp, v[2 * s + 1] = sa;
+    }
+    reduce_scatter_step<16>(v, lane);
+    reduce_scatter_step<8>(v, lane);
+    reduce_scatter_step<4>(v, lane);
+    reduce_scatter_step<2>(v, lane);
+    reduce_scatter_step<1>(v, lane);
+    const int s = lane / 2;
+    if (lane & 1) sm.NM[t][s] = s < t ? sm.beta[t] * v[0] : 0.f;
+    else sm.P[t][s] = scale * v[0];
   }
 }
 
@@ -209,28 +202,28 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
   // fla's gates from raw g, as each row is summed: the head's constants and this lane's 4 dt_bias
   // values are read once, and each gate is a few MUFU and FMA ops beside the cumsum.
   const Gate gate = Gate::of(a, h);
-  const bool gated = gate.mode != KDACTL_GATE_AS_GIVEN;
   float bias[4] = {0.f, 0.f, 0.f, 0.f};
-  if (gated && j < K / 4)
+  if (gate.mode != KDACTL_GATE_AS_GIVEN && j < K / 4)
 #pragma unroll
     for (int e = 0; e < 4; ++e) bias[e] = Gate::bias(a, h, 4 * j + e);
   bool exact = false;
   float Gr[C][4], run[4] = {0.f, 0.f, 0.f, 0.f};
   if (j < K / 4) {
+    gate.with_mode([&](auto mode) {  // one unrolled loop per gate mode
+      constexpr int M = decltype(mode)::value;
 #pragma unroll
-    for (int r = 0; r < C; ++r) {  // g past the sequence's end was staged as zero: no decay
-      float4 x = kG16 ? to_f4(raw_g(r) + 4 * j) : to_f4(&sm.G[r][4 * j]);
-      if (gated) {
-        const bool in = r < ntok;  // past the end: no decay (a gate of g = 0 is not 0)
-        x = make_float4(in ? gate(x.x, bias[0]) : 0.f, in ? gate(x.y, bias[1]) : 0.f, in ? gate(x.z, bias[2]) : 0.f,
-                        in ? gate(x.w, bias[3]) : 0.f);
-      }
-      run[0] += x.x, run[1] += x.y, run[2] += x.z, run[3] += x.w;
+      for (int r = 0; r < C; ++r) {  // g past the sequence's end was staged as zero: no decay
+        float4 x = kG16 ? to_f4(raw_g(r) + 4 * j) : to_f4(&sm.G[r][4 * j]);
+        if constexpr (M != KDACTL_GATE_AS_GIVEN) {
+          const bool in = r < ntok;  // past the end: no decay (a gate of g = 0 is not 0)
+          x = make_float4(in ? gate.apply<M>(x.x, bias[0]) : 0.f, in ? gate.apply<M>(x.y, bias[1]) : 0.f,
+                          in ? gate.apply<M>(x.z, bias[2]) : 0.f, in ? gate.apply<M>(x.w, bias[3]) : 0.f);
+        }
+        run[0] += x.x, run[1] += x.y, run[2] += x.z, run[3] += x.w;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        Gr[r][e] = run[e];
+        for (int e = 0; e < 4; ++e) Gr[r][e] = run[e];
       }
-    }
+    });
 #pragma unroll
     for (int e = 0; e < 4; ++e) {  // e^G' and e^-G' finite, and e^G_ref far above fp32's underflow
       exact |= Gr[Sm::kRefRow][e] < -kShiftLimit;
@@ -298,7 +291,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
         sm.P[tt][ss] = ss <= tt ? acc_p[nt][i] : 0.f;
       }
   } else {
-    exact_a_p<K, In>(sm, Gr, lane, scale);
+    exact_a_p<K, In>(sm, lane, scale);
     __syncwarp();  // G is read no more: e^G in its place, as the other path left it
     for (int i = lane; i < C * (K / 4); i += 32) {
       float4* x = reinterpret_cast<float4*>(&sm.G[i / (K / 4)][i % (K / 4) * 4]);

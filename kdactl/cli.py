@@ -108,7 +108,7 @@ def bench(
     varlen: Optional[list[str]] = typer.Option(None, "--varlen", help="L1,L2,... sequence lengths of one varlen batch (repeatable; needs --heads)."),
     heads: Optional[int] = typer.Option(None, "--heads", help="Heads for --varlen."),
     routes: Optional[str] = typer.Option(None, "--routes", help="Comma list of auto,direct,chunk,small_bh (default: auto and every route built)."),
-    peers: str = typer.Option("fla", "--peers", help="Comma list of fla (chunk_kda with FLA_FLASH_KDA=0, fused_recurrent_kda), flashkda (flash_kda.fwd), cudnn (kda_hopper_cuda); all; or none."),
+    peers: str = typer.Option("fla", "--peers", help="Comma list of fla (chunk_kda with FLA_FLASH_KDA=0, fused_recurrent_kda), fla-chunk (chunk_kda alone), flashkda (flash_kda.fwd), cudnn (kda_hopper_cuda); all; or none."),
     config: Optional[str] = typer.Option(None, "--config", help="plain | lower-bound | softplus: how g, q/k and beta are given, for every shape (default: the suite's own; plain for --shape/--varlen)."),
     iters: int = typer.Option(24, "--iters", help="Timed iterations per candidate and shape."),
     warmup: int = typer.Option(3, "--warmup", help="Untimed calls per candidate first (fla autotunes on the first)."),

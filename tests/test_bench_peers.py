@@ -172,3 +172,10 @@ def test_cudnn_plain_passes_log_gate_and_rejects_softplus(monkeypatch):
     x, ref = _inputs(fixed(1, 16, 1), SOFTPLUS)
     (c,) = peers.peer_candidates(x, ref, ["cudnn"])
     assert c.reason_status == REJECTED and "unsupported configuration softplus" in c.reason
+
+
+def test_fla_chunk_peer_is_chunk_kda_alone(monkeypatch):
+    """fla-chunk times fla's chunk_kda without the token-serial fused_recurrent_kda."""
+    monkeypatch.setattr(peers, "load_fla", lambda: (_ for _ in ()).throw(ImportError("no fla here")))
+    out = peers.peer_candidates({"config": None}, None, ["fla-chunk"])
+    assert [c.name for c in out] == ["fla.chunk_kda"] and "no fla here" in out[0].reason

@@ -62,16 +62,18 @@ def load_fla() -> tuple[Any, str]:
     return fla_kda, getattr(fla, "__version__", "unknown")
 
 
-def fla_candidates(inputs, ref) -> list[Candidate]:
+def fla_candidates(inputs, ref, names: Sequence[str] = FLA_NAMES) -> list[Candidate]:
     try:
         fla_kda, version = load_fla()
     except Exception as err:  # noqa: BLE001 - a peer that does not import is a note, not a crash
-        return _unavailable(FLA_NAMES, "fla", err)
+        return _unavailable(names, "fla", err)
     x, config = inputs, inputs["config"]
     flags = config.fla_flags()
     gate = {"A_log": x["A_log"], "dt_bias": x["dt_bias"]} if config.fused else {}
     out = []
     for name, fn in zip(FLA_NAMES, (fla_kda.chunk_kda, fla_kda.fused_recurrent_kda)):
+        if name not in names:
+            continue
         chunk = fn is fla_kda.chunk_kda
         # safe_gate is chunk_kda's (its M=16 path for a bounded gate); the recurrent kernel has no such flag.
         kw = {**gate, **{k: v for k, v in flags.items() if chunk or k != "safe_gate"}}
@@ -151,4 +153,6 @@ def _poisoned(run: Callable[[], Any], *outputs: torch.Tensor) -> Callable[[], An
 
 ADAPTERS: dict[str, Callable[[dict[str, Any], Any], list[Candidate]]] = {
     "fla": fla_candidates, "flashkda": flashkda_candidates, "cudnn": cudnn_candidates,
+    # fla's chunk_kda alone: its token-serial fused_recurrent_kda takes minutes at long prefill shapes.
+    "fla-chunk": lambda inputs, ref: fla_candidates(inputs, ref, FLA_NAMES[:1]),
 }  # fmt: skip

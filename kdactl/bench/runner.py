@@ -31,7 +31,7 @@ from kdactl.settings import Settings
 log = logging.getLogger("kdactl.bench")
 
 KNOWN_ROUTES = ("auto", *ROUTES)
-KNOWN_PEERS = PEERS
+KNOWN_PEERS = (*PEERS, "fla-chunk")  # all = PEERS; fla-chunk: fla's chunk_kda without its recurrent kernel
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def check_options(o: BenchOptions) -> Request:
         raise UsageError("--host measures the CPU cost per call: it takes no --gate, --record-baseline or --plot")
     routes = _names(o.routes, KNOWN_ROUTES, "--routes") if o.routes is not None else None
     text = o.peers.strip()
-    peers = () if text == "none" else KNOWN_PEERS if text == "all" else _names(o.peers, KNOWN_PEERS, "--peers", ", or all, or none")
+    peers = () if text == "none" else PEERS if text == "all" else _names(o.peers, KNOWN_PEERS, "--peers", ", or all, or none")
     if o.iters < 2:
         raise UsageError(f"--iters must be at least 2 (one ABBA round), got {o.iters}")
     if o.warmup < 1:
