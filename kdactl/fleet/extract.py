@@ -1,0 +1,156 @@
+"""What the fleet store keeps of a certificate beside the document: the columns the report reads.
+
+Pure functions of the document. Everything is extracted once, at ingest, as plain typed values
+(bounded text, finite floats, integers), so that the report runs in SQL and never parses a stored
+document, and no stored value can make it fail. A document lacking what the store keys on (digest,
+hostname, verdict, times) raises ``Unstorable`` naming the field; anything else odd is kept as text.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from kdactl.certify.certificate import VERDICTS, parse_stamp, stamp
+from kdactl.fleet.text import clip
+
+NO_GPU = "(no GPU)"
+NAME_MAX = 120  # hostname, SKU, shape, check name, GPU uuid
+VALUE_MAX = 200  # joined CC / SM / target / CUDA values of one node
+DETAIL_MAX = 300  # one problem's message
+REASON_MAX = 1000  # the verdict's reason
+
+
+class Unstorable(ValueError):
+    """The document lacks a field the store keys on; the message names it."""
+
+
+@dataclass(frozen=True)
+class Extracted:
+    cert: dict[str, Any]  # column -> value of the certs table (without source, ingested_at, doc)
+    perf: list[tuple[str, str, str, str, float, float | None]]  # gpu, sku, shape, unit, measured, baseline
+    problems: list[tuple[str, str | None, str]]  # kind, gpu, detail
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", type(None): "null", bool: "a boolean"}.get(
+        type(value), f"a {type(value).__name__}")  # fmt: skip
+
+
+def _dict(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _number(value: Any) -> float | None:
+    """A finite positive float, else None (a bool, a string, NaN, 0 or a negative is no measurement)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        x = float(value)
+    except OverflowError:  # an int beyond the float range
+        return None
+    return x if math.isfinite(x) and x > 0 else None
+
+
+def _string(doc: Mapping[str, Any], path: str) -> str:
+    value: Any = doc
+    for part in path.split("."):
+        value = _dict(value).get(part)
+    if not isinstance(value, str) or not value.strip():
+        raise Unstorable(f"{path} is {_kind(value) if not isinstance(value, str) else 'empty'}, expected a non-empty string")
+    return value
+
+
+def _time(doc: Mapping[str, Any], name: str) -> str:
+    t = parse_stamp(doc.get(name))
+    if t is None:
+        raise Unstorable(f"{name} {clip(doc.get(name), 40)!r} is not an ISO 8601 time with a zone")
+    return stamp(t)
+
+
+def _gpu_key(g: Mapping[str, Any], fallback: Any) -> str:
+    """The GPU a perf series belongs to: its uuid, else its index."""
+    uuid = g.get("uuid")
+    return clip(uuid if isinstance(uuid, str) and uuid else fallback, NAME_MAX)
+
+
+def _joined(values: list[Any]) -> str:
+    return clip(", ".join(sorted({clip(v, NAME_MAX) for v in values if v is not None})) or "-", VALUE_MAX)
+
+
+def extract(doc: Mapping[str, Any]) -> Extracted:
+    digest = _string(doc, "integrity.sha256")
+    host = _string(doc, "node.hostname")
+    verdict = doc.get("verdict")
+    if verdict not in VERDICTS:
+        raise Unstorable(f"verdict {clip(verdict, 40)!r} is not one of {', '.join(VERDICTS)}")
+    gpus = [g for g in _list(doc.get("gpus")) if isinstance(g, dict)]
+    by_index = {g["index"]: g for g in gpus if isinstance(g.get("index"), int) and not isinstance(g.get("index"), bool)}
+    sku = clip("+".join(sorted({clip(g.get("sku"), NAME_MAX) for g in gpus})) or NO_GPU, NAME_MAX)
+    results = [r for r in _list(doc.get("results")) if isinstance(r, dict)]
+    fault = _dict(doc.get("options")).get("fault")
+    cert = {
+        "digest": clip(digest, 64), "node": clip(host, NAME_MAX), "sku": sku, "verdict": verdict,
+        "scope": clip(doc.get("scope") or "full", 20), "issued_at": _time(doc, "issued_at"),
+        "expires_at": _time(doc, "expires_at"), "reason": clip(doc.get("reason") or "", REASON_MAX),
+        "fault": clip(fault, NAME_MAX) if fault else None, "gpus": len(gpus),
+        "cc": _joined([g.get("cc") for g in gpus]), "sm_count": _joined([g.get("sm_count") for g in gpus]),
+        "target": _joined([g.get("target") for g in gpus]), "cuda": _joined([_dict(doc.get("versions")).get("cuda_toolkit")]),
+        **_counts(results),
+    }  # fmt: skip
+    return Extracted(cert, _perf(results, by_index, sku), _problems(results, cert))
+
+
+def _check(r: Mapping[str, Any]) -> str:
+    return r["check"] if isinstance(r.get("check"), str) else clip(r.get("check"), NAME_MAX)
+
+
+def is_sanitizer(check: str) -> bool:
+    return check.startswith("sanitize")
+
+
+def is_perf(check: str) -> bool:
+    return check.startswith("perf")
+
+
+def _counts(results: list[Mapping[str, Any]]) -> dict[str, int]:
+    suite = [r for r in results if not is_sanitizer(_check(r)) and not is_perf(_check(r))]
+    sanitizer = [r for r in results if is_sanitizer(_check(r))]
+    return {"suite_passed": sum(r.get("status") == "pass" for r in suite), "suite_total": len(suite),
+            "sanitizer_runs": len(sanitizer), "sanitizer_errors": sum(r.get("status") == "fail" for r in sanitizer)}  # fmt: skip
+
+
+def _perf(results: list[Mapping[str, Any]], by_index: Mapping[int, Mapping[str, Any]], node_sku: str) -> list[tuple]:
+    out = []
+    for r in results:
+        measured = _number(r.get("measured"))
+        if not is_perf(_check(r)) or measured is None:
+            continue
+        gpu = r.get("gpu")
+        g = by_index.get(gpu) if isinstance(gpu, int) and not isinstance(gpu, bool) else None
+        sku = clip(g.get("sku"), NAME_MAX) if g else node_sku
+        out.append((_gpu_key(g or {}, gpu), sku, clip(r.get("shape") or _check(r), NAME_MAX), clip(r.get("unit") or "", 20),
+                    measured, _number(r.get("baseline"))))  # fmt: skip
+    return out
+
+
+def _problems(results: list[Mapping[str, Any]], cert: Mapping[str, Any]) -> list[tuple[str, str | None, str]]:
+    """One row per failed, errored or skipped-but-required check, and one for an injected fault; a
+    verdict other than certified with none of these still gets a row, so that no such node goes unnamed."""
+    out = []
+    for r in results:
+        status = r.get("status")
+        if status in ("fail", "error") or (status == "skip" and r.get("required", True) is True):
+            kind = f"{'required check skipped' if status == 'skip' else status}: {clip(_check(r), NAME_MAX)}"
+            gpu = r.get("gpu")
+            out.append((kind, None if gpu is None else clip(gpu, NAME_MAX), clip(r.get("message") or status, DETAIL_MAX)))
+    if cert["fault"]:
+        out.append(("fault injected", None, f"KDACTL_FAULT={cert['fault']}: a test of the pipeline, not of the node"))
+    if cert["verdict"] != "certified" and not out:
+        out.append((f"{cert['verdict']}: no failing check named", None, clip(cert["reason"] or "no reason recorded", DETAIL_MAX)))
+    return out
