@@ -82,7 +82,8 @@ PG_ENV = "KDACTL_TEST_PG_URL"  # set by .ci/run, which starts the server
 
 
 def postgres_url() -> str:
-    """The test server's URL; in CI (CI=true) a missing server or psycopg fails, elsewhere it skips."""
+    """The test server's URL; in CI (CI=true, or KDACTL_REQUIRE_POSTGRES=1 as .ci/run sets) a missing
+    server or psycopg fails, elsewhere it skips."""
     import os
 
     import pytest
@@ -94,7 +95,7 @@ def postgres_url() -> str:
         url = None
     if not url:
         why = f"no PostgreSQL for the fleet store tests ({PG_ENV} unset or psycopg missing; .ci/run starts one)"
-        if os.environ.get("CI") == "true":
+        if os.environ.get("CI") == "true" or os.environ.get("KDACTL_REQUIRE_POSTGRES") == "1":
             pytest.fail(why)
         pytest.skip(why)
     return url

@@ -20,6 +20,9 @@ NAME_MAX = 120  # hostname, SKU, shape, check name, GPU uuid
 VALUE_MAX = 200  # joined CC / SM / target / CUDA values of one node
 DETAIL_MAX = 300  # one problem's message
 REASON_MAX = 1000  # the verdict's reason
+# A measurement or baseline outside this range is no perf value in any unit (ms, TFLOPS); keeping them
+# out lets SQL do arithmetic on the rest with neither overflow nor underflow (PostgreSQL raises on both).
+PLAUSIBLE = (1e-100, 1e100)
 
 
 class Unstorable(ValueError):
@@ -47,14 +50,17 @@ def _list(value: Any) -> list[Any]:
 
 
 def _number(value: Any) -> float | None:
-    """A finite positive float, else None (a bool, a string, NaN, 0 or a negative is no measurement)."""
+    """A float, else None (a bool, a string or an int beyond the float range is no number)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     try:
-        x = float(value)
-    except OverflowError:  # an int beyond the float range
+        return float(value)
+    except OverflowError:
         return None
-    return x if math.isfinite(x) and x > 0 else None
+
+
+def plausible(x: float | None) -> bool:
+    return x is not None and math.isfinite(x) and PLAUSIBLE[0] <= x <= PLAUSIBLE[1]
 
 
 def _string(doc: Mapping[str, Any], path: str) -> str:
@@ -126,24 +132,31 @@ def _counts(results: list[Mapping[str, Any]]) -> dict[str, int]:
 
 
 def _perf(results: list[Mapping[str, Any]], by_index: Mapping[int, Mapping[str, Any]], node_sku: str) -> list[tuple]:
+    """The perf results with a plausible measurement (a baseline out of range counts as none)."""
     out = []
     for r in results:
         measured = _number(r.get("measured"))
-        if not is_perf(_check(r)) or measured is None:
+        if not is_perf(_check(r)) or not plausible(measured):
             continue
         gpu = r.get("gpu")
         g = by_index.get(gpu) if isinstance(gpu, int) and not isinstance(gpu, bool) else None
         sku = clip(g.get("sku"), NAME_MAX) if g else node_sku
         out.append((_gpu_key(g or {}, gpu), sku, clip(r.get("shape") or _check(r), NAME_MAX), clip(r.get("unit") or "", 20),
-                    measured, _number(r.get("baseline"))))  # fmt: skip
+                    measured, baseline if plausible(baseline := _number(r.get("baseline"))) else None))  # fmt: skip
     return out
 
 
 def _problems(results: list[Mapping[str, Any]], cert: Mapping[str, Any]) -> list[tuple[str, str | None, str]]:
-    """One row per failed, errored or skipped-but-required check, and one for an injected fault; a
-    verdict other than certified with none of these still gets a row, so that no such node goes unnamed."""
+    """One row per failed, errored or skipped-but-required check, per perf value out of range, and one
+    for an injected fault; a verdict other than certified with none of these still gets a row, so
+    that no such node goes unnamed."""
     out = []
     for r in results:
+        if is_perf(_check(r)):
+            bad = {k: r[k] for k in ("measured", "baseline") if (x := _number(r.get(k))) is not None and x > 0 and not plausible(x)}
+            if bad:
+                out.append((f"perf value out of range: {clip(_check(r), NAME_MAX)}", None if r.get("gpu") is None else clip(r.get("gpu"), NAME_MAX),
+                            clip(", ".join(f"{k} {v!r}" for k, v in bad.items()), DETAIL_MAX)))  # fmt: skip
         status = r.get("status")
         if status in ("fail", "error") or (status == "skip" and r.get("required", True) is True):
             kind = f"{'required check skipped' if status == 'skip' else status}: {clip(_check(r), NAME_MAX)}"

@@ -2,7 +2,8 @@
 
 Every statement starts from ``LATEST``: each node's latest full certificate issued at or after the
 ``since`` bound (its latest of any scope when it has no full one). Medians are the middle row, or the
-mean of the two middle rows, of a window ordered by value. Drift compares each GPU series' latest
+mean of the two middle rows, of a window ordered by value (values are within extract.PLAUSIBLE, so
+no arithmetic here under- or overflows). Drift compares each GPU series' latest
 measurement with the median of its earlier ones, in the time units (lower is better) or others.
 Nothing here reads a stored document.
 """
@@ -25,6 +26,8 @@ LATEST = f"""latest AS (
           FROM certs c WHERE issued_at >= ?) ranked
     WHERE rn = 1)"""  # params: since
 
+# The mean of the one or two middle values, halved first: AVG would overflow on PostgreSQL, which sums squares.
+MIDDLE = "MIN({v}) / 2 + MAX({v}) / 2"
 _UNITS = ", ".join(f"'{u}'" for u in LOWER_IS_BETTER)
 DRIFTED = f"""series AS (
     SELECT node, gpu, shape, unit, measured,
@@ -36,7 +39,7 @@ earlier AS (
            COUNT(*) OVER (PARTITION BY node, gpu, shape, unit) AS n
     FROM series WHERE age > 1),
 history AS (
-    SELECT node, gpu, shape, unit, n, AVG(measured) AS median FROM earlier
+    SELECT node, gpu, shape, unit, n, {MIDDLE.format(v="measured")} AS median FROM earlier
     WHERE k IN ((n + 1) / 2, (n + 2) / 2) GROUP BY node, gpu, shape, unit, n),
 drifted AS (
     SELECT s.node, s.gpu, s.shape, s.unit, s.measured AS last, h.median, h.n
@@ -80,7 +83,7 @@ def medians(db: Db, since: str, column: str) -> list[tuple]:
                 WHERE p.{column} IS NOT NULL),
         ranked AS (SELECT sku, shape, unit, v, ROW_NUMBER() OVER (PARTITION BY sku, shape, unit ORDER BY v) AS k,
                           COUNT(*) OVER (PARTITION BY sku, shape, unit) AS n FROM pts)
-        SELECT sku, shape, unit, n, AVG(v) FROM ranked WHERE k IN ((n + 1) / 2, (n + 2) / 2)
+        SELECT sku, shape, unit, n, {MIDDLE.format(v="v")} FROM ranked WHERE k IN ((n + 1) / 2, (n + 2) / 2)
         GROUP BY sku, shape, unit, n ORDER BY sku, shape, unit""", (since,))  # fmt: skip
 
 
