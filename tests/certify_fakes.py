@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from kdactl.certify.command import Deps
+from kdactl.certify.fingerprint import Artifact
 from kdactl.certify.orchestrate import GpuJob, NullProgress
 from kdactl.certify.stages import Plan, StageSpec, default_plan
 from kdactl.hw.facts import GpuFacts, NodeFacts
@@ -22,7 +23,9 @@ from kdactl.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
-SHA = "ab" * 32
+SHA = "ab" * 32  # the library's bytes
+BUILD = "ef" * 32  # its build inputs (kdactl.jit.cache.build_key)
+ARTIFACT = Artifact(SHA, BUILD)
 
 
 def uuid(i: int) -> str:
@@ -96,7 +99,7 @@ def deps(facts: NodeFacts, runner: FakeRunner | None = None, plan: Plan | None =
     return Deps(
         gather=lambda s: facts, runner=runner or FakeRunner(), plan=plan or default_plan(quick), progress=NullProgress(),
         now=kw.get("now", lambda: NOW), hostname=lambda: "node-a", sanitizer_version=lambda s: "2025.2.1",
-        artifacts=lambda s, targets: ({t: SHA for t in targets}, {}),
+        artifacts=lambda s, targets: ({t: ARTIFACT for t in targets}, {}),
     )  # fmt: skip
 
 
@@ -150,3 +153,51 @@ def empty_stage(ctx) -> list[CheckResult]:
 def fault_env_stage(ctx) -> list[CheckResult]:
     fault = os.environ.get("KDACTL_FAULT", "")
     return [CheckResult("fault_seen", "fail" if fault else "pass", fault or "none")]
+
+
+# --- sealed certificates of the wrong shape ---------------------------------------------------
+
+# (where, value, the problem named): wrong types below the top level that the digest alone let
+# through, sealed with kdactl's own seal so that only the shape is wrong
+WRONG_TYPES = [
+    (("node", "hostname"), {"name": "node-a"}, "node.hostname is an object, expected a string"),
+    (("scope",), ["full"], "scope ['full'] is not one of 'full', 'quick'"),
+    (("gpus", 0, "uuid"), [uuid(0)], "gpus[0].uuid is a list, expected a string"),
+    (("gpus", 0, "index"), "0", "gpus[0].index is a string, expected an integer"),
+    (("gpus", 0, "target"), {"sm": 90}, "gpus[0].target is an object, expected a string or null"),
+    (("node", "fingerprint"), "ab" * 32, "node.fingerprint is a string, expected an object"),
+    (("versions",), {}, "versions lacks kdactl"),
+    (("results", 0, "duration_s"), "0.01", "results[0].duration_s is a string, expected a number"),
+    (("gpus", 0, "sku"), 5, "gpus[0].sku is an integer, expected a string"),
+]  # fmt: skip
+# JSON text Python's json reads without complaint, put where results[0].duration_s was: (text, problem)
+BAD_TOKENS = [
+    ("Infinity", "Infinity is not a JSON number"),
+    ("NaN", "NaN is not a JSON number"),
+    ("1e400", "number 1e400 overflows to infinity"),
+    ("[" * 50_000 + "]" * 50_000, "nesting is deeper than 16 levels"),
+    ("[" * 20 + "]" * 20, "results[0].duration_s[0][0][0][0][0][0][0][0][0][0][0][0][0]: nesting is deeper than 16 levels"),
+]  # fmt: skip
+_PLACEHOLDER = 123.456789
+
+
+def reseal_changed(path: Path, where: tuple | None = None, value=None, token: str | None = None, key: bytes | None = None) -> Path:
+    """The certificate at ``path`` with one value changed, sealed again (a valid digest); ``token``
+    is JSON text written in place of results[0].duration_s after sealing (no seal can hold it)."""
+    import json
+
+    from kdactl.certify import certificate as cm
+
+    doc = json.loads(path.read_text())
+    if token is not None:
+        where, value = ("results", 0, "duration_s"), _PLACEHOLDER
+    node = doc
+    for part in where[:-1]:
+        node = node[part]
+    node[where[-1]] = value
+    text = cm.certificate_text(cm.seal(doc, key))
+    if token is not None:
+        assert text.count(repr(_PLACEHOLDER)) == 1
+        text = text.replace(repr(_PLACEHOLDER), token)
+    path.write_text(text)
+    return path

@@ -34,9 +34,10 @@ def test_certified_node_writes_a_verifiable_certificate(tmp_path):
     assert set(doc["versions"]) >= {"kdactl", "driver", "cuda_driver", "cuda_toolkit", "torch", "compute_sanitizer"}
     g = doc["gpus"][3]
     assert g == {"index": 3, "uuid": cf.uuid(3), "name": "NVIDIA H200", "sku": "H200", "cc": "9.0", "sm_count": 132,
-                 "target": "sm_90a", "artifact_sha256": cf.SHA, "health": cf.HEALTHY.to_json()}
+                 "target": "sm_90a", "artifact_sha256": cf.SHA, "artifact_build": cf.BUILD, "health": cf.HEALTHY.to_json()}
     fpr = doc["node"]["fingerprint"]
     assert fpr["gpu_uuids"] == [cf.uuid(i) for i in range(8)] and fpr["artifact_sha256"] == {"sm_90a": cf.SHA}
+    assert fpr["artifact_build"] == {"sm_90a": cf.BUILD}
     assert doc["node"]["hostname"] == "node-a"
     assert all({"check", "gpu", "status", "duration_s", "message"} <= set(r) for r in doc["results"])
 

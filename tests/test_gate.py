@@ -33,7 +33,7 @@ def gate(s, node=NOW_NODE, arts=None, now=cf.NOW + timedelta(hours=1), cert=None
             raise node
         return node
 
-    art = arts if arts is not None else {"sm_90a": cf.SHA}
+    art = arts if arts is not None else {"sm_90a": cf.ARTIFACT}
     return gate_command(s, cert, None, now=lambda: now, node_reader=reader,
                         artifacts=lambda settings, targets: ({t: art.get(t) for t in targets}, {t: "not in the cache" for t in targets if art.get(t) is None}))  # fmt: skip
 
@@ -57,8 +57,9 @@ def _node(**kw):
     (_node(gpu_uuids=NOW_NODE.gpu_uuids[:7], ccs=((9, 0),) * 7), None, f"GPU count changed: 8 at certification, 7 now (gone: {cf.uuid(7)})"),
     (_node(driver_version="590.10"), None, "driver changed: 580.159.04 at certification, 590.10 now"),
     (_node(toolkit=(13, 1)), None, "CUDA toolkit (nvcc) changed: 13.0 at certification, 13.1 now"),
-    (NOW_NODE, {"sm_90a": "cd" * 32}, "kernel library sm_90a changed: sha256 abababababababab... at certification, cdcdcdcdcdcdcdcd... now"),
-    (NOW_NODE, {"sm_90a": None}, "kernel library sm_90a: sha256 abababababababab... at certification, none now (not in the cache)"),
+    (NOW_NODE, {"sm_90a": fp.Artifact(cf.SHA, "cd" * 32)}, "kernel library sm_90a changed: build inputs efefefefefefefef... "
+     "at certification, cdcdcdcdcdcdcdcd... now (other sources, flags, kdactl or nvcc)"),
+    (NOW_NODE, {"sm_90a": None}, "kernel library sm_90a: build inputs efefefefefefefef... at certification, no valid library now (not in the cache)"),
 ])  # fmt: skip
 def test_fingerprint_change_fails_with_reason(tmp_path, node, arts, want):
     s, _ = certify(tmp_path)
@@ -104,25 +105,30 @@ def test_signed_cert_needs_key(tmp_path):
     assert gate(s3).exit_code == 1
 
 
-def test_artifact_sha256_reads_the_verified_cache_entry(tmp_path):
+def test_find_artifact_reads_the_verified_cache_entry(tmp_path):
     from kdactl.jit import cache
     from kdactl.jit.spec import kernel_library_spec
     from kdactl.targets import get_target
 
     s = cf.settings(tmp_path)
-    assert fp.artifact_sha256(s, "sm_90a")[0] is None
+    assert fp.find_artifact(s, "sm_90a")[0] is None
     spec = kernel_library_spec(get_target("sm_90a"))
     key = spec.key_dir(s.cache_dir)
     key.mkdir(parents=True)
     (key / "libkdactl.so").write_bytes(b"\x7fELF fake library")
     sha = cache.sha256_file(key / "libkdactl.so")
     manifest = {"schema": cache.MANIFEST_SCHEMA, "target": "sm_90a", "source_hash": spec.source_hash(),
-                "library": "libkdactl.so", "files": {"libkdactl.so": sha}}  # fmt: skip
+                "library": "libkdactl.so", "files": {"libkdactl.so": sha}, "nvcc": {"version": "13.0", "banner": "Build cuda_13.0"}}  # fmt: skip
     (key / "manifest.json").write_text(json.dumps(manifest))
-    assert fp.artifact_sha256(s, "sm_90a") == (sha, "")
+    assert fp.find_artifact(s, "sm_90a") == (fp.Artifact(sha, cache.build_key(manifest)), "")
     (key / "libkdactl.so").write_bytes(b"\x7fELF tampered")
-    found, why = fp.artifact_sha256(s, "sm_90a")
+    found, why = fp.find_artifact(s, "sm_90a")
     assert found is None and "does not match" in why
+    (key / "libkdactl.so").write_bytes(b"\x7fELF fake library")
+    del manifest["nvcc"]
+    (key / "manifest.json").write_text(json.dumps(manifest))
+    found, why = fp.find_artifact(s, "sm_90a")
+    assert found is None and "manifest lacks source_hash, target or nvcc" in why
 
 
 def test_node_targets():
@@ -199,3 +205,32 @@ def test_inconclusive_certificate_is_3_not_1(tmp_path):
     late = gate(s, now=cf.NOW + timedelta(days=8))  # evidence against it still wins: expired is 1
 
     assert late.exit_code == 1 and late.failures[0].startswith("expired")
+
+
+@pytest.mark.parametrize("where, value, problem", cf.WRONG_TYPES)
+def test_sealed_wrong_type_fails_the_gate_not_internal_error(tmp_path, where, value, problem):
+    s, _ = certify(tmp_path)
+    cf.reseal_changed(s.data_dir / "cert.json", where, value)
+    rep = gate(s)
+    assert rep.exit_code == 1 and f"invalid certificate (kdactl.cert/v1): {problem}" in rep.failures, rep.failures
+
+
+@pytest.mark.parametrize("token, problem", cf.BAD_TOKENS)
+def test_non_finite_numbers_and_deep_nesting_fail_the_gate(tmp_path, token, problem):
+    s, _ = certify(tmp_path)
+    cf.reseal_changed(s.data_dir / "cert.json", token=token)
+    rep = gate(s)
+    assert rep.exit_code == 1 and len(rep.failures) == 1 and problem in rep.failures[0], rep.failures
+    env = {"KDACTL_DATA_DIR": str(s.data_dir), "KDACTL_CACHE_DIR": str(s.cache_dir), "KDACTL_CERT_KEY": ""}
+    r = CliRunner().invoke(app, ["gate", "--json"], env=env)
+    assert r.exit_code == 1 and json.loads(r.stdout)["result"] == "fail" and problem in r.stdout, r.output
+
+
+def test_an_invalid_inconclusive_certificate_is_1_not_3(tmp_path):
+    """An invalid document's verdict means nothing: 'inconclusive' in it does not make the gate say 3."""
+    s = cf.settings(tmp_path)
+    certify_command(s, CertifyOptions(), cf.deps(cf.no_gpu_node()))
+    cf.reseal_changed(s.data_dir / "cert.json", ("node", "hostname"), ["vm"])
+    rep = gate(s)
+    assert rep.exit_code == 1 and rep.unknown == [] and rep.failures == [
+        "invalid certificate (kdactl.cert/v1): node.hostname is a list, expected a string"]

@@ -44,3 +44,16 @@ def test_spec_travels_with_the_repository():
     """The README's contract link resolves in a clone (the SPEC is not outside the repo)."""
     readme = (ROOT / "README.md").read_text()
     assert "../shared/" not in readme and "(SPEC.md)" in readme and (ROOT / "SPEC.md").is_file()
+
+
+def test_every_data_file_of_the_package_ships():
+    """A file kdactl reads at run time (the certificate schema) is in the wheel only when a
+    package-data pattern of its package names it."""
+    from fnmatch import fnmatch
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    files = [p for p in (ROOT / "kdactl").rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")]
+    assert any(p.name == "certificate.schema.json" for p in files)
+    unshipped = [str(p.relative_to(ROOT)) for p in files
+                 if not any(fnmatch(p.name, pat) for pat in data.get(".".join(p.parent.relative_to(ROOT).parts), []))]
+    assert unshipped == [], f"add to [tool.setuptools.package-data]: {unshipped}"

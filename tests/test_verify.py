@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kdactl.certify import certificate as cm
+from kdactl.certify.command import CertifyOptions, certify_command
 from kdactl.certify.verify import verify_command
 from kdactl.cli import app
 from tests import certify_fakes as cf
@@ -16,9 +17,11 @@ def doc(**kw):
     base = {
         "schema": cm.SCHEMA, "verdict": "certified", "reason": "8 checks, none failed", "scope": "full",
         "issued_at": cm.stamp(cf.NOW), "expires_at": cm.stamp(cf.NOW + timedelta(days=7)),
-        "node": {"hostname": "node-a", "fingerprint": {"gpu_uuids": [cf.uuid(0)]}},
+        "node": {"hostname": "node-a", "fingerprint": {"gpu_uuids": [cf.uuid(0)], "driver_version": "580.159.04",
+                                                       "cuda_toolkit": "13.0", "artifact_sha256": {"sm_90a": cf.SHA}}},
         "versions": {"kdactl": "0.1.0", "driver": "580.159.04"},
-        "gpus": [{"index": 0, "uuid": cf.uuid(0), "target": "sm_90a", "artifact_sha256": cf.SHA}],
+        "gpus": [{"index": 0, "uuid": cf.uuid(0), "name": "NVIDIA H200", "sku": "H200", "cc": "9.0", "target": "sm_90a",
+                  "artifact_sha256": cf.SHA}],
         "results": [{"check": "suite", "gpu": 0, "status": "pass", "duration_s": 1.5, "message": "ünïcode ok"}],
     }  # fmt: skip
     base.update(kw)
@@ -157,7 +160,7 @@ def test_cli_exit_codes(tmp_path):
     ("node", "node-a", "node is a string, expected an object"),
     ("gpus", {"0": {}}, "gpus is an object, expected a list"),
     ("results", [["suite", "pass"]], "results[0] is a list, expected an object"),
-    ("results", [{"check": "suite", "gpu": "0", "status": "pass"}], "results[0].gpu '0' is neither"),
+    ("results", [{"check": "suite", "gpu": "0", "status": "pass"}], "results[0].gpu is a string, expected an integer or null"),
 ])  # fmt: skip
 def test_well_sealed_document_of_the_wrong_shape_is_invalid_in_one_line(tmp_path, field, value, match):
     """A digest proves only that nothing changed since sealing: the shape is checked too, and the
@@ -169,3 +172,32 @@ def test_well_sealed_document_of_the_wrong_shape_is_invalid_in_one_line(tmp_path
     for args in (["verify", str(path)], ["verify", str(path), "--json"]):
         r = CliRunner().invoke(app, args, env=env)
         assert r.exit_code == 1 and "Traceback" not in r.output and match in r.stdout, r.output
+
+
+def _built(tmp_path):
+    s = cf.settings(tmp_path)
+    certify_command(s, CertifyOptions(), cf.deps(cf.node(8)))
+    return s.data_dir / "cert.json"
+
+
+@pytest.mark.parametrize("where, value, problem", cf.WRONG_TYPES)
+def test_sealed_wrong_type_below_the_top_is_invalid(tmp_path, where, value, problem):
+    path = cf.reseal_changed(_built(tmp_path), where, value)
+    rep = verify(path)
+    assert rep.exit_code == 1 and problem in rep.failures, rep.failures
+
+
+@pytest.mark.parametrize("token, problem", cf.BAD_TOKENS)
+def test_non_finite_numbers_and_deep_nesting_are_invalid_not_internal_errors(tmp_path, token, problem):
+    path = cf.reseal_changed(_built(tmp_path), token=token)
+    rep = verify(path)
+    assert rep.exit_code == 1 and len(rep.failures) == 1 and problem in rep.failures[0], rep.failures
+    r = CliRunner().invoke(app, ["verify", str(path)], env={"KDACTL_CERT_KEY": "", "KDACTL_DATA_DIR": str(tmp_path)})
+    assert r.exit_code == 1 and "INVALID" in r.stdout and problem in r.stdout, r.output
+
+
+def test_cli_names_the_problem_of_a_sealed_wrong_type(tmp_path):
+    path = cf.reseal_changed(_built(tmp_path), ("node", "hostname"), ["node-a", "node-b"])
+    r = CliRunner().invoke(app, ["verify", str(path), "--json"], env={"KDACTL_CERT_KEY": "", "KDACTL_DATA_DIR": str(tmp_path)})
+    out = json.loads(r.stdout)
+    assert r.exit_code == 1 and out["valid"] is False and out["failures"] == ["node.hostname is a list, expected a string"]

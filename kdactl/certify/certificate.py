@@ -21,17 +21,15 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from kdactl.atomic import write_text_atomic
+from kdactl.certify.schema import MAX_BYTES, certificate_problems, load_certificate_bytes
 from kdactl.errors import UsageError
-from kdactl.results import STATUSES
 
 SCHEMA = "kdactl.cert/v1"
 VERDICTS = ("certified", "not_certified", "inconclusive")
 DEFAULT_LIFETIME_DAYS = 7.0
 CLOCK_SKEW = timedelta(minutes=5)  # issued_at may be this far in the future (clocks of two hosts)
-REQUIRED_FIELDS = ("schema", "verdict", "issued_at", "expires_at", "node", "versions", "gpus", "results", "integrity")
 KEY_ENV = "KDACTL_CERT_KEY"
 CANONICAL = "json-sorted-keys-no-whitespace-utf8"
-_HEX = frozenset("0123456789abcdef")
 
 
 class CertUnreadable(UsageError):
@@ -137,18 +135,17 @@ def check_writable(path: Path, option: str) -> None:
 
 
 def read_certificate(path: Path) -> tuple[dict[str, Any] | None, str]:
-    """(document, "") or (None, why it is not a certificate). CertUnreadable when the file cannot
-    be read at all; a corrupt file (one changed byte can break the JSON) is a bad certificate."""
+    """(document, "") or (None, why it is not a certificate) by the strict loader
+    (kdactl.certify.schema). CertUnreadable when the file cannot be read at all; a corrupt file (one
+    changed byte can break the JSON) is a bad certificate."""
     try:
-        raw = Path(path).read_bytes()
+        with open(path, "rb") as f:
+            raw = f.read(MAX_BYTES + 1)  # no more than the loader accepts, whatever the file's size
     except OSError as err:
         raise CertUnreadable(f"cannot read certificate {path}: {err.strerror or err}") from None
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        return None, f"{path} is not valid JSON ({err}): corrupt or tampered"
-    if not isinstance(doc, dict):
-        return None, f"{path} is not a JSON object"
+    doc, problems = load_certificate_bytes(raw)
+    if doc is None:
+        return None, f"{path}: {'; '.join(problems)}"
     return doc, ""
 
 
@@ -169,18 +166,14 @@ class CertCheck:
 
 
 def check_certificate(doc: Mapping[str, Any], key: bytes | None, now: datetime) -> CertCheck:
-    """Schema, digest, signature (required when a key is configured), issue and expiry times.
-    The integrity field is not covered by the digest, so its every byte is checked exactly: any
-    other algorithm name, key id or extra field is a failure. KeyRequired when the certificate is
-    signed and no key is configured."""
+    """Schema (kdactl.certify.schema: types at every depth, the integrity field's every byte),
+    digest, signature (required when a key is configured), issue and expiry times. KeyRequired when
+    the certificate is signed and no key is configured."""
     out = CertCheck()
     out.failures += check_schema(doc)
     if out.failures:
         return out
     integrity = doc["integrity"]
-    out.failures += _check_integrity_shape(integrity)
-    if out.failures:
-        return out
     actual = digest(doc)
     if integrity["sha256"] != actual:
         out.failures.append(f"digest mismatch: certificate says sha256 {integrity['sha256'][:16]}..., "
@@ -190,76 +183,11 @@ def check_certificate(doc: Mapping[str, Any], key: bytes | None, now: datetime) 
     return out
 
 
-def _is_hex(value: Any, n: int) -> bool:
-    return isinstance(value, str) and len(value) == n and set(value) <= _HEX
-
-
-def _check_integrity_shape(integrity: Mapping[str, Any]) -> list[str]:
-    if set(integrity) != {"algorithm", "canonical", "sha256", "signature"}:
-        return [f"integrity has fields {sorted(integrity)}, expected algorithm, canonical, sha256, signature"]
-    if integrity["algorithm"] != "sha256" or integrity["canonical"] != CANONICAL:
-        return [f"integrity names algorithm {integrity['algorithm']!r} / canonical form {integrity['canonical']!r}; "
-                f"expected 'sha256' / {CANONICAL!r}"]  # fmt: skip
-    if not _is_hex(integrity["sha256"], 64):
-        return [f"integrity.sha256 {str(integrity['sha256'])[:70]!r} is not 64 lower-case hex digits"]
-    sig = integrity["signature"]
-    if sig is None:
-        return []
-    if not isinstance(sig, dict) or set(sig) != {"algorithm", "key_id", "value"} or sig["algorithm"] != "hmac-sha256" \
-            or not _is_hex(sig["key_id"], 16) or not _is_hex(sig["value"], 64):  # fmt: skip
-        return [f"integrity.signature is not a well-formed hmac-sha256 signature: {str(sig)[:160]}"]
-    return []
-
-
-def check_schema(doc: Mapping[str, Any]) -> list[str]:
-    """The shape every reader (verify, gate, the fleet store and report) relies on, each failure
-    naming its field: a digest proves only that nothing changed since sealing, not that kdactl
+def check_schema(doc: Any) -> list[str]:
+    """The one validation of every reader (verify, gate, the fleet store and report), each problem
+    naming its JSON path: a digest proves only that nothing changed since sealing, not that kdactl
     sealed it, so a well-sealed document of the wrong shape must still be refused."""
-    if doc.get("schema") != SCHEMA:
-        return [f"schema is {doc.get('schema')!r}, expected {SCHEMA!r}"]
-    missing = [k for k in REQUIRED_FIELDS if k not in doc]
-    if missing:
-        return [f"certificate lacks {', '.join(missing)}"]
-    bad = []
-    if doc["verdict"] not in VERDICTS:
-        bad.append(f"verdict {doc['verdict']!r} is not one of {', '.join(VERDICTS)}")
-    for name in ("integrity", "node", "versions", "options"):
-        if name in doc and not isinstance(doc[name], dict):
-            bad.append(f"{name} is {_kind(doc[name])}, expected an object")
-    for name, check_item in (("gpus", _gpu_problem), ("results", _result_problem)):
-        items = doc[name]
-        if not isinstance(items, list):
-            bad.append(f"{name} is {_kind(items)}, expected a list")
-            continue
-        bad += [f"{name}[{i}]{why}" for i, why in enumerate(map(check_item, items)) if why][:1]  # the first says enough
-    return bad
-
-
-def _kind(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", type(None): "null", bool: "a boolean"}.get(
-        type(value), f"a {type(value).__name__}")  # fmt: skip
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _gpu_problem(g: Any) -> str:
-    if not isinstance(g, dict):
-        return f" is {_kind(g)}, expected an object"
-    return "" if _is_int(g.get("index")) else f".index {g.get('index')!r} is not an integer"
-
-
-def _result_problem(r: Any) -> str:
-    if not isinstance(r, dict):
-        return f" is {_kind(r)}, expected an object"
-    if not isinstance(r.get("check"), str):
-        return f".check {r.get('check')!r} is not a string"
-    if r.get("status") not in STATUSES:
-        return f".status {r.get('status')!r} is not one of {', '.join(STATUSES)}"
-    if r.get("gpu") is not None and not _is_int(r.get("gpu")):
-        return f".gpu {r.get('gpu')!r} is neither an integer nor null"
-    return ""
+    return certificate_problems(doc)
 
 
 def _check_signature(doc: Mapping[str, Any], sig: Any, key: bytes | None, notes: list[str]) -> list[str]:

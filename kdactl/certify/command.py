@@ -200,8 +200,9 @@ def fault_guard(env: Any, results: list[CheckResult], fail_on_warn: bool) -> lis
 
 
 def _gpu_doc(g: Any, artifacts: dict, why_none: dict) -> dict[str, Any]:
+    art = artifacts.get(g.target)
     return {"index": g.index, "uuid": g.uuid, "name": g.name, "sku": g.sku, "cc": version_str(g.cc),
-            "sm_count": g.sm_count, "target": g.target, "artifact_sha256": artifacts.get(g.target),
+            "sm_count": g.sm_count, "target": g.target, "artifact_sha256": art and art.sha256, "artifact_build": art and art.build,
             **({"health": g.health.to_json()} if getattr(g, "health", None) is not None else {}),
             **({"artifact_note": why_none[g.target]} if g.target in why_none else {})}  # fmt: skip
 

@@ -1,9 +1,14 @@
 """The node's fingerprint: what must not change between certification and serving. GPU uuids,
-driver version, CUDA toolkit version, and the sha256 of the kernel library the node would load.
+driver version, CUDA toolkit version, and for each kernel target the inputs of the library the node
+would load: its build key (kdactl.jit.cache.build_key: sources, flags, target, kdactl version, the
+nvcc that built it). Not the library's bytes: nvcc builds are not bit-identical, and a rebuild of the
+same inputs (a corrupt cache entry is rebuilt) must not drain the node. The bytes are still checked:
+a library is found only through its verified manifest, whose sha256 the library on disk must match,
+so a tampered library is no library. The certificate also records that sha256, for the record.
 
 Read without torch and without loading the library (``kdactl gate`` must answer in under a second):
-GPUs and driver from NVML, the toolkit from ``nvcc --version``, the library's sha256 from its
-verified cache (or AOT) manifest.
+GPUs and driver from NVML, the toolkit from ``nvcc --version``, the library from its verified cache
+(or AOT) manifest.
 """
 
 from __future__ import annotations
@@ -21,28 +26,40 @@ Version = tuple[int, int]
 
 
 @dataclass(frozen=True)
+class Artifact:
+    """The kernel library of one target, from its verified manifest."""
+
+    sha256: str  # its bytes (the library on disk matched this)
+    build: str  # its inputs: kdactl.jit.cache.build_key
+
+
+@dataclass(frozen=True)
 class Fingerprint:
     gpu_uuids: tuple[str, ...]  # NVML index order
     driver_version: str | None
     cuda_toolkit: str | None  # "13.0"; None when there is no nvcc
-    artifacts: Mapping[str, str | None]  # kernel target -> library sha256 (None: no valid library)
-    why_none: Mapping[str, str] = field(default_factory=dict, compare=False)  # target -> why its sha256 is None
+    artifacts: Mapping[str, Artifact | None]  # kernel target -> its library (None: no valid library)
+    why_none: Mapping[str, str] = field(default_factory=dict, compare=False)  # target -> why there is none
 
     def to_json(self) -> dict[str, Any]:
+        """What the gate compares, with ``sha256`` over it (equal for a rebuild of the same inputs),
+        and the library bytes certified, which the gate does not compare."""
+        arts = dict(sorted(self.artifacts.items()))
         body = {
             "gpu_uuids": list(self.gpu_uuids),
             "driver_version": self.driver_version,
             "cuda_toolkit": self.cuda_toolkit,
-            "artifact_sha256": dict(sorted(self.artifacts.items())),
+            "artifact_build": {t: a and a.build for t, a in arts.items()},
         }
         text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-        return {**body, "sha256": hashlib.sha256(text.encode()).hexdigest()}
+        return {**body, "sha256": hashlib.sha256(text.encode()).hexdigest(), "artifact_sha256": {t: a and a.sha256 for t, a in arts.items()}}
 
 
-def artifact_sha256(settings: Settings, target: str, csrc: Path | None = None) -> tuple[str | None, str]:
-    """(sha256 of the library the node would load for ``target``, "") or (None, why there is none).
+def find_artifact(settings: Settings, target: str, csrc: Path | None = None) -> tuple[Artifact | None, str]:
+    """(the library the node would load for ``target``, "") or (None, why there is none).
     Mirrors kdactl.jit.library.open_kernels' order (AOT entry, else cache entry) but loads nothing
-    and creates nothing."""
+    and creates nothing. Only a verified entry counts: its manifest names these sources and flags,
+    and every file's sha256 matches it."""
     from kdactl.jit import aot, cache
     from kdactl.jit.spec import kernel_library_spec
     from kdactl.targets import get_target
@@ -52,7 +69,7 @@ def artifact_sha256(settings: Settings, target: str, csrc: Path | None = None) -
         if settings.aot_dir:
             entry = aot.find_entry(settings.aot_dir, spec)
             if entry is not None:
-                return _library_sha(entry.manifest)
+                return _artifact(entry.manifest)
         source_hash = spec.source_hash()
         key = spec.key_dir(settings.cache_dir, source_hash)
         found = cache.check_entry(key, target, source_hash)
@@ -60,14 +77,16 @@ def artifact_sha256(settings: Settings, target: str, csrc: Path | None = None) -
         return None, f"{target}: {err}"
     if not found.ok:
         return None, f"{target}: no valid library in the cache ({key}: {found.reason})"
-    return _library_sha(found.manifest or {})
+    return _artifact(found.manifest or {})
 
 
-def _library_sha(manifest: Mapping[str, Any]) -> tuple[str | None, str]:
+def _artifact(manifest: Mapping[str, Any]) -> tuple[Artifact | None, str]:
+    from kdactl.jit.cache import build_key
+
     try:
-        return str(manifest["files"][manifest["library"]]), ""
-    except (KeyError, TypeError):
-        return None, "the library manifest names no library sha256"
+        return Artifact(str(manifest["files"][manifest["library"]]), build_key(manifest)), ""
+    except (KeyError, TypeError, ValueError) as err:
+        return None, f"the library manifest does not name the library's sha256 and build inputs ({err})"
 
 
 def node_targets(settings: Settings, ccs: Iterable[Version], toolkit: Version | None, fallback: Iterable[str]) -> set[str]:
@@ -89,12 +108,12 @@ def node_targets(settings: Settings, ccs: Iterable[Version], toolkit: Version | 
     return out
 
 
-def artifacts_for(settings: Settings, targets: Iterable[str], csrc: Path | None = None) -> tuple[dict[str, str | None], dict[str, str]]:
-    """(target -> sha256 or None, target -> why None)."""
-    found: dict[str, str | None] = {}
+def artifacts_for(settings: Settings, targets: Iterable[str], csrc: Path | None = None) -> tuple[dict[str, Artifact | None], dict[str, str]]:
+    """(target -> its library or None, target -> why None)."""
+    found: dict[str, Artifact | None] = {}
     why_none: dict[str, str] = {}
     for t in sorted(set(targets)):
-        found[t], why = artifact_sha256(settings, t, csrc)
+        found[t], why = find_artifact(settings, t, csrc)
         if why:
             why_none[t] = why
     return found, why_none
@@ -110,15 +129,20 @@ def compare(recorded: Mapping[str, Any], now: Fingerprint) -> list[str]:
         then, cur = recorded.get(key), getattr(now, key)
         if then != cur:
             out.append(f"{label} changed: {then or 'none'} at certification, {cur or 'none'} now")
-    then_art = recorded.get("artifact_sha256") or {}
-    for target, sha in sorted(now.artifacts.items()):
+    # a certificate written before build keys were recorded names the library's bytes only
+    field_, what = ("artifact_build", "build inputs") if "artifact_build" in recorded else ("artifact_sha256", "sha256")
+    then_art = recorded.get(field_) or {}
+    for target, art in sorted(now.artifacts.items()):
         before = then_art.get(target)
+        cur = art and (art.build if field_ == "artifact_build" else art.sha256)
         if before is None:
             out.append(f"kernel library {target}: not certified (certificate covers {', '.join(sorted(then_art)) or 'no library'})")
-        elif sha is None:
-            out.append(f"kernel library {target}: sha256 {before[:16]}... at certification, none now ({now.why_none.get(target, 'not found')})")
-        elif sha != before:
-            out.append(f"kernel library {target} changed: sha256 {before[:16]}... at certification, {sha[:16]}... now")
+        elif cur is None:
+            out.append(f"kernel library {target}: {what} {before[:16]}... at certification, no valid library now "
+                       f"({now.why_none.get(target, 'not found')})")  # fmt: skip
+        elif cur != before:
+            hint = " (other sources, flags, kdactl or nvcc)" if field_ == "artifact_build" else ""
+            out.append(f"kernel library {target} changed: {what} {before[:16]}... at certification, {cur[:16]}... now{hint}")
     return out
 
 

@@ -1,15 +1,16 @@
 """``kdactl gate``: a fast (well under a second) yes/no for Slurm HealthCheckProgram / Prolog and
 Kubernetes readiness, from the cached certificate and the node's fingerprint now.
 
-Passes only when the certificate is intact (digest; signature when a key is configured), not
-expired, says ``certified``, covers a full (not ``--quick``) run of every GPU on the node, and the
-node's GPU uuids, driver, CUDA toolkit and kernel library sha256 are what they were at
-certification. Exit 0 pass; 1 fail (each reason one line); 3 cannot tell (NVML cannot be read, or
-an otherwise valid certificate says ``inconclusive``: SPEC exit 3).
+Passes only when the certificate is a valid document (kdactl.certify.schema), intact (digest;
+signature when a key is configured), not expired, says ``certified``, covers a full (not ``--quick``)
+run of every GPU on the node, and the node's GPU uuids, driver, CUDA toolkit and kernel library build
+inputs are what they were at certification (fingerprint.py). Exit 0 pass; 1 fail (each reason one
+line, an invalid certificate included); 3 cannot tell (NVML cannot be read, or an otherwise valid
+certificate says ``inconclusive``: SPEC exit 3).
 No certificate at all is a fail (1): an uncertified node must not take work.
 
-No torch here: GPUs and driver come from NVML, the toolkit from nvcc, the library's sha256 from its
-verified manifest. Nothing is loaded or built.
+No torch here: GPUs and driver come from NVML, the toolkit from nvcc, the library's build inputs
+from its verified manifest. Nothing is loaded or built.
 """
 
 from __future__ import annotations
@@ -69,6 +70,10 @@ def gate_command(settings: Settings, cert_path: Path | None = None, key_file: Pa
     if doc is None:
         report.failures.append(why)
         return report
+    invalid = cm.check_schema(doc)
+    if invalid:  # nothing in it can be trusted to mean what it says, not even its verdict
+        report.failures += [f"invalid certificate ({cm.SCHEMA}): {p}" for p in invalid]
+        return report
     try:
         reasons = certificate_reasons(doc, key, now())
     except cm.KeyRequired as err:
@@ -77,8 +82,7 @@ def gate_command(settings: Settings, cert_path: Path | None = None, key_file: Pa
         unknown = verdict_reason(doc) if doc.get("verdict") == "inconclusive" else None
         report.failures += [r for r in reasons if r != unknown]
         report.unknown += [unknown] if unknown in reasons else []
-    if not cm.check_schema(doc):
-        _check_node(settings, doc, report, node_reader or fp.read_node_now, artifacts)
+    _check_node(settings, doc, report, node_reader or fp.read_node_now, artifacts)
     report.summary = f"{doc.get('verdict')} {path}, {len(doc.get('gpus') or [])} GPUs, expires {doc.get('expires_at')}"
     return report
 
@@ -103,7 +107,7 @@ def _check_node(settings: Settings, doc: Mapping[str, Any], report: GateReport,
     except KdactlError as err:
         report.unknown.append(f"cannot read the node now: {err}")
         return
-    certified = {g.get("uuid"): g for g in doc.get("gpus") or [] if isinstance(g, dict)}
+    certified = {g["uuid"]: g for g in doc["gpus"]}
     report.failures += [f"GPU {i} ({u}) is not covered by the certificate" for i, u in enumerate(now.gpu_uuids) if u not in certified]
     fallback = {g.get("target") for g in certified.values() if g.get("target")}
     try:
@@ -113,7 +117,7 @@ def _check_node(settings: Settings, doc: Mapping[str, Any], report: GateReport,
         return
     arts, why_none = artifacts(settings, targets)
     current = fp.Fingerprint(now.gpu_uuids, now.driver_version, _v(now.toolkit), arts, why_none)
-    recorded = (doc.get("node") or {}).get("fingerprint") or {}
+    recorded = doc["node"]["fingerprint"]
     report.failures += fp.compare(recorded, current)
 
 

@@ -91,6 +91,20 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     return data
 
 
+def build_key(manifest: dict[str, Any]) -> str:
+    """sha256 naming a build's inputs, from its manifest: the source hash (sources, headers, flags,
+    target, kdactl version; JitSpec.source_hash) and the nvcc that compiled them (its --version
+    banner; the version when there is none). Not the library's bytes, which differ from build to
+    build of the same inputs. ValueError when the manifest lacks them."""
+    nvcc = manifest.get("nvcc")
+    toolchain = nvcc.get("banner") or nvcc.get("version") if isinstance(nvcc, dict) else None
+    source_hash, target = manifest.get("source_hash"), manifest.get("target")
+    if not all(isinstance(v, str) and v for v in (source_hash, target, toolchain)):
+        raise ValueError("manifest lacks source_hash, target or nvcc")
+    text = json.dumps({"source_hash": source_hash, "target": target, "nvcc": toolchain}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class EntryCheck:
     ok: bool
