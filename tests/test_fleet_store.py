@@ -220,3 +220,21 @@ def test_concurrent_ingest_processes_store_everything(tmp_path, target):
         assert len(json.loads(out)["added"]) == 12
     with Store(target) as st:
         assert st.count() == len(one) + len(two)
+
+
+@pytest.mark.parametrize("name, text", [
+    ("nan.json", lambda t: t.replace('"duration_s": 0.01', '"duration_s": NaN', 1)),
+    ("infinity.json", lambda t: t.replace('"duration_s": 0.01', '"duration_s": Infinity', 1)),
+    ("huge.json", lambda t: t.replace('"duration_s": 0.01', '"duration_s": 1e400', 1)),
+    ("deep.json", lambda t: t.replace('"warnings": []', '"warnings": ' + "[" * 5000 + "]" * 5000, 1)),
+])  # fmt: skip
+def test_ingest_names_and_skips_a_document_the_schema_refuses(tmp_path, name, text):
+    a = ff.make_cert(tmp_path, "gpu-a", when=ff.recent())
+    bad = tmp_path / "certs" / name
+    bad.write_text(text(a.read_text()))
+    assert bad.read_text() != a.read_text()
+    c = ff.make_cert(tmp_path, "gpu-c", when=ff.recent())
+    res = CliRunner().invoke(app, ["fleet", "ingest", str(a), str(bad), str(c), "--db", str(tmp_path / "f.db"), "--json"])
+    doc = json.loads(res.stdout)
+    assert res.exit_code == 1 and doc["added"] == [str(a), str(c)] and doc["certificates_in_store"] == 2
+    assert [r["path"] for r in doc["rejected"]] == [str(bad)]
