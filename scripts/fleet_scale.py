@@ -3,7 +3,7 @@
 ingested with `kdactl fleet ingest`, then `kdactl fleet report` timed with /usr/bin/time -v.
 
   python3 scripts/fleet_scale.py --db /tmp/fleet.db                       # 2,000 nodes x 5 runs = 10,000
-  python3 scripts/fleet_scale.py --db postgresql://postgres@127.0.0.1/fleet
+  python3 scripts/fleet_scale.py --db postgresql://postgres@127.0.0.1/fleet [--copy-from /tmp/fleet.db]
   python3 scripts/fleet_scale.py --db /tmp/fleet.db --replicate 10 --skip-ingest  # 100,000 (below)
 
 One certificate is built by the pipeline; each of the others is that document with its node, GPU
@@ -135,6 +135,24 @@ def replicate(db: str, copies: int) -> None:
             st.db.execute("ANALYZE")
 
 
+def copy_store(source: str, db: str, chunk: int = 2000) -> None:
+    """Every row of the store ``source`` into the empty store ``db`` (SQLite into PostgreSQL, say),
+    ids kept: the same contents without generating and verifying the documents again."""
+    from kdactl.fleet.store import Store
+
+    with Store(source) as src, Store(db) as dst:
+        for table in ("certs", "docs", "perf", "problems"):
+            cols = [r[1] for r in src.db.rows(f"PRAGMA table_info({table})")]
+            cur = src.db.execute(f"SELECT {', '.join(cols)} FROM {table}")
+            while rows := cur.fetchmany(chunk):
+                with dst.db.transaction():
+                    dst.db.many(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", rows)
+            print(f"  copied {table}", flush=True)
+        if dst.db.dialect == "postgresql":
+            dst.db.execute("SELECT setval(pg_get_serial_sequence('certs', 'id'), (SELECT MAX(id) FROM certs))")
+        dst.db.execute("ANALYZE")
+
+
 def timed_report(db: str, fmt: str, extra: list[str]) -> tuple[float, float, int]:
     """(wall s, peak RSS MiB, output bytes) of one `kdactl fleet report`, by /usr/bin/time -v."""
     with tempfile.NamedTemporaryFile("w+") as out:
@@ -156,8 +174,11 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1000, help="certificates on disk at a time")
     ap.add_argument("--replicate", type=int, default=1, help="multiply the stored rows this many times in SQL")
     ap.add_argument("--skip-ingest", action="store_true", help="the store is already filled")
+    ap.add_argument("--copy-from", help="fill the store with the rows of this SQLite store instead of ingesting")
     args = ap.parse_args()
-    if not args.skip_ingest:
+    if args.copy_from:
+        copy_store(args.copy_from, args.db)
+    elif not args.skip_ingest:
         with tempfile.TemporaryDirectory(prefix="fleet-scale-") as work:
             spent = generate_and_ingest(args.db, args.nodes, args.runs, Path(work), args.batch)
             print(f"ingest: {args.nodes * args.runs} certificates in {spent:.0f} s ({1000 * spent / (args.nodes * args.runs):.1f} ms each)")

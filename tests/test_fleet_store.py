@@ -106,6 +106,8 @@ def test_cli_ingest_json_and_exit_codes(tmp_path, monkeypatch):
     res = CliRunner().invoke(app, ["fleet", "ingest", str(tmp_path / "missing")])
     assert res.exit_code == 2
     assert "--db" in CliRunner().invoke(app, ["fleet", "ingest", "--help"]).stdout
+    monkeypatch.setenv("KDACTL_FLEET_DB", str(tmp_path / "env.db"))  # the default --db, e.g. a PostgreSQL URL
+    assert json.loads(CliRunner().invoke(app, ["fleet", "ingest", str(a), "--json"]).stdout)["db"] == str(tmp_path / "env.db")
 
 
 def _resealed(tmp_path, source, name, **changes):
