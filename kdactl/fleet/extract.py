@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from kdactl.certify.certificate import VERDICTS, parse_stamp, stamp
+from kdactl.certify.schema import kind
 from kdactl.fleet.text import clip
 
 NO_GPU = "(no GPU)"
@@ -34,11 +35,6 @@ class Extracted:
     cert: dict[str, Any]  # column -> value of the certs table (without source, ingested_at, doc)
     perf: list[tuple[str, str, str, str, float, float | None]]  # gpu, sku, shape, unit, measured, baseline
     problems: list[tuple[str, str | None, str]]  # kind, gpu, detail
-
-
-def _kind(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", type(None): "null", bool: "a boolean"}.get(
-        type(value), f"a {type(value).__name__}")  # fmt: skip
 
 
 def _dict(value: Any) -> Mapping[str, Any]:
@@ -68,7 +64,7 @@ def _string(doc: Mapping[str, Any], path: str) -> str:
     for part in path.split("."):
         value = _dict(value).get(part)
     if not isinstance(value, str) or not value.strip():
-        raise Unstorable(f"{path} is {_kind(value) if not isinstance(value, str) else 'empty'}, expected a non-empty string")
+        raise Unstorable(f"{path} is {kind(value) if not isinstance(value, str) else 'empty'}, expected a non-empty string")
     return value
 
 
@@ -159,9 +155,9 @@ def _problems(results: list[Mapping[str, Any]], cert: Mapping[str, Any]) -> list
                             clip(", ".join(f"{k} {v!r}" for k, v in bad.items()), DETAIL_MAX)))  # fmt: skip
         status = r.get("status")
         if status in ("fail", "error") or (status == "skip" and r.get("required", True) is True):
-            kind = f"{'required check skipped' if status == 'skip' else status}: {clip(_check(r), NAME_MAX)}"
+            what = f"{'required check skipped' if status == 'skip' else status}: {clip(_check(r), NAME_MAX)}"
             gpu = r.get("gpu")
-            out.append((kind, None if gpu is None else clip(gpu, NAME_MAX), clip(r.get("message") or status, DETAIL_MAX)))
+            out.append((what, None if gpu is None else clip(gpu, NAME_MAX), clip(r.get("message") or status, DETAIL_MAX)))
     if cert["fault"]:
         out.append(("fault injected", None, f"KDACTL_FAULT={cert['fault']}: a test of the pipeline, not of the node"))
     if cert["verdict"] != "certified" and not out:
