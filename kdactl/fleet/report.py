@@ -194,8 +194,8 @@ def build_report(store: Store, now: datetime, since: datetime | None = None, tol
     db, lo, t = store.db, stamp(since) if since else "", stamp(now)
     rep = FleetReport(generated_at=t, since=stamp(since) if since else None, limit=limit, offset=offset)
     rep.certificates = queries.count_certificates(db, lo)
-    rep.summary = summary_rows(queries.summary(db, lo, t, stamp(now + EXPIRING_WITHIN)), queries.facts(db, lo))
-    rep.nodes = sum(r["nodes"] for r in rep.summary if r["sku"] != "all")
+    counts = queries.summary(db, lo, t, stamp(now + EXPIRING_WITHIN))
+    rep.summary, rep.nodes = summary_rows(counts, queries.facts(db, lo)), sum(int(c[1]) for c in counts)
     rep.perf = perf_rows(queries.medians(db, lo, "measured"), queries.medians(db, lo, "baseline"))
     page = queries.flagged(db, lo, t, tolerance, limit, offset)
     expired = drifted = 0
