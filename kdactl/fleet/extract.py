@@ -8,6 +8,7 @@ hostname, verdict, times) raises ``Unstorable`` naming the field; anything else 
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -33,7 +34,7 @@ class Unstorable(ValueError):
 @dataclass(frozen=True)
 class Extracted:
     cert: dict[str, Any]  # column -> value of the certs table (without source, ingested_at, doc)
-    perf: list[tuple[str, str, str, str, float, float | None]]  # gpu, sku, shape, unit, measured, baseline
+    perf: list[tuple[int, str, str, str, str, float, float | None]]  # series, gpu, sku, shape, unit, measured, baseline
     problems: list[tuple[str, str | None, str]]  # kind, gpu, detail
 
 
@@ -105,7 +106,7 @@ def extract(doc: Mapping[str, Any]) -> Extracted:
         "target": _joined([g.get("target") for g in gpus]), "cuda": _joined([_dict(doc.get("versions")).get("cuda_toolkit")]),
         **_counts(results),
     }  # fmt: skip
-    return Extracted(cert, _perf(results, by_index, sku), _problems(results, cert))
+    return Extracted(cert, _perf(results, by_index, sku, cert["node"]), _problems(results, cert))
 
 
 def _check(r: Mapping[str, Any]) -> str:
@@ -127,7 +128,12 @@ def _counts(results: list[Mapping[str, Any]]) -> dict[str, int]:
             "sanitizer_runs": len(sanitizer), "sanitizer_errors": sum(r.get("status") == "fail" for r in sanitizer)}  # fmt: skip
 
 
-def _perf(results: list[Mapping[str, Any]], by_index: Mapping[int, Mapping[str, Any]], node_sku: str) -> list[tuple]:
+def series_key(*parts: str) -> int:
+    """One signed 64-bit integer per (node, GPU, shape, unit): drift sorts by it, not by four strings."""
+    return int.from_bytes(hashlib.blake2b("\0".join(parts).encode(), digest_size=8).digest(), "big", signed=True)
+
+
+def _perf(results: list[Mapping[str, Any]], by_index: Mapping[int, Mapping[str, Any]], node_sku: str, node: str) -> list[tuple]:
     """The perf results with a plausible measurement (a baseline out of range counts as none)."""
     out = []
     for r in results:
@@ -137,8 +143,9 @@ def _perf(results: list[Mapping[str, Any]], by_index: Mapping[int, Mapping[str, 
         gpu = r.get("gpu")
         g = by_index.get(gpu) if isinstance(gpu, int) and not isinstance(gpu, bool) else None
         sku = clip(g.get("sku"), NAME_MAX) if g else node_sku
-        out.append((_gpu_key(g or {}, gpu), sku, clip(r.get("shape") or _check(r), NAME_MAX), clip(r.get("unit") or "", 20),
-                    measured, baseline if plausible(baseline := _number(r.get("baseline"))) else None))  # fmt: skip
+        key, shape, unit = _gpu_key(g or {}, gpu), clip(r.get("shape") or _check(r), NAME_MAX), clip(r.get("unit") or "", 20)
+        baseline = _number(r.get("baseline"))
+        out.append((series_key(node, key, shape, unit), key, sku, shape, unit, measured, baseline if plausible(baseline) else None))
     return out
 
 

@@ -16,8 +16,8 @@ from kdactl.fleet.db import Db
 # certs: one row per distinct certificate (by digest), the report's columns extracted at ingest;
 # docs: the document itself (zlib-compressed JSON), for whatever a later version needs to extract, in a
 # table of its own so that scanning certs never pages through documents.
-# perf: one row per perf result with a measurement; node and issued_at repeated so that each GPU's
-# series reads in index order. problems: one row per failed / errored / required-skipped check.
+# perf: one row per perf result with a measurement; node and issued_at repeated, and series (a hash of
+# node, GPU, shape and unit), so that drift needs no join and sorts integers. problems: one row per failed / errored / required-skipped check.
 V1 = (
     """CREATE TABLE certs (
         id {id}, digest TEXT NOT NULL UNIQUE, node TEXT NOT NULL, sku TEXT NOT NULL, verdict TEXT NOT NULL,
@@ -29,10 +29,11 @@ V1 = (
     "CREATE INDEX certs_node_time ON certs (node, issued_at)",
     "CREATE INDEX certs_issued ON certs (issued_at)",
     """CREATE TABLE perf (
-        cert_id {bigint} NOT NULL REFERENCES certs (id), node TEXT NOT NULL, issued_at TEXT NOT NULL, gpu TEXT NOT NULL,
+        cert_id {bigint} NOT NULL REFERENCES certs (id), node TEXT NOT NULL, issued_at TEXT NOT NULL, series {bigint} NOT NULL,
+        gpu TEXT NOT NULL,
         sku TEXT NOT NULL, shape TEXT NOT NULL, unit TEXT NOT NULL, measured {real} NOT NULL, baseline {real})""",
     "CREATE INDEX perf_cert ON perf (cert_id)",
-    "CREATE INDEX perf_series ON perf (node, gpu, shape, unit, issued_at)",
+    "CREATE INDEX perf_node ON perf (node, issued_at)",
     """CREATE TABLE problems (
         cert_id {bigint} NOT NULL REFERENCES certs (id), kind TEXT NOT NULL, gpu TEXT, detail TEXT NOT NULL)""",
     "CREATE INDEX problems_cert ON problems (cert_id)",

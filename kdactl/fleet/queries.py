@@ -3,8 +3,9 @@
 Every statement starts from ``LATEST``: each node's latest full certificate issued at or after the
 ``since`` bound (its latest of any scope when it has no full one). Medians are the middle row, or the
 mean of the two middle rows, of a window ordered by value (values are within extract.PLAUSIBLE, so
-no arithmetic here under- or overflows). Drift compares each GPU series' latest
-measurement with the median of its earlier ones, in the time units (lower is better) or others.
+no arithmetic here under- or overflows). Drift compares each measurement of a node's
+latest certificate with the median of the same GPU's and shape's earlier ones (worse: higher in the
+time units, lower in the others).
 Nothing here reads a stored document.
 """
 
@@ -29,27 +30,26 @@ LATEST = f"""latest AS (
 # The mean of the one or two middle values, halved first: AVG would overflow on PostgreSQL, which sums squares.
 MIDDLE = "MIN({v}) / 2 + MAX({v}) / 2"
 _UNITS = ", ".join(f"'{u}'" for u in LOWER_IS_BETTER)
-DRIFTED = f"""series AS (
-    SELECT node, gpu, shape, unit, measured,
-           ROW_NUMBER() OVER (PARTITION BY node, gpu, shape, unit ORDER BY issued_at DESC, cert_id DESC) AS age
-    FROM perf WHERE issued_at >= ? {{nodes}}),
+DRIFTED = f"""last AS (
+    SELECT p.series, p.node, p.gpu, p.shape, p.unit, p.measured, l.id AS cert_id, l.issued_at
+    FROM perf p JOIN latest l ON p.cert_id = l.id {{nodes}}),
 earlier AS (
-    SELECT node, gpu, shape, unit, measured,
-           ROW_NUMBER() OVER (PARTITION BY node, gpu, shape, unit ORDER BY measured) AS k,
-           COUNT(*) OVER (PARTITION BY node, gpu, shape, unit) AS n
-    FROM series WHERE age > 1),
+    SELECT p.series, p.measured, ROW_NUMBER() OVER (PARTITION BY p.series ORDER BY p.measured) AS k,
+           COUNT(*) OVER (PARTITION BY p.series) AS n
+    FROM perf p JOIN latest l ON p.node = l.node
+    WHERE p.issued_at >= ? AND p.issued_at < l.issued_at AND p.cert_id <> l.id {{nodes}}),
 history AS (
-    SELECT node, gpu, shape, unit, n, {MIDDLE.format(v="measured")} AS median FROM earlier
-    WHERE k IN ((n + 1) / 2, (n + 2) / 2) GROUP BY node, gpu, shape, unit, n),
+    SELECT series, n, {MIDDLE.format(v="measured")} AS median FROM earlier
+    WHERE k IN ((n + 1) / 2, (n + 2) / 2) AND n >= {MIN_HISTORY} GROUP BY series, n),
 drifted AS (
     SELECT s.node, s.gpu, s.shape, s.unit, s.measured AS last, h.median, h.n
-    FROM series s JOIN history h ON h.node = s.node AND h.gpu = s.gpu AND h.shape = s.shape AND h.unit = s.unit
-    WHERE s.age = 1 AND h.n >= {MIN_HISTORY} AND CASE WHEN s.unit IN ({_UNITS}) THEN s.measured > h.median * (1 + ?)
-                                                       ELSE s.measured < h.median * (1 - ?) END)"""  # params: since, tol, tol
+    FROM last s JOIN history h ON h.series = s.series
+    WHERE CASE WHEN s.unit IN ({_UNITS}) THEN s.measured > h.median * (1 + ?) ELSE s.measured < h.median * (1 - ?) END)"""
+# params: since (of LATEST), [nodes], since, [nodes], tol, tol
 
 
 def _drifted(nodes: int = 0) -> str:
-    return DRIFTED.replace("{nodes}", f"AND node IN ({', '.join('?' * nodes)})" if nodes else "")
+    return DRIFTED.replace("{nodes}", f"AND p.node IN ({', '.join('?' * nodes)})" if nodes else "")
 
 
 def count_certificates(db: Db, since: str) -> int:
@@ -75,16 +75,23 @@ def facts(db: Db, since: str) -> list[tuple]:
     return db.rows(f"WITH {LATEST} SELECT DISTINCT sku, cc, sm_count, target, cuda FROM latest", (since,))
 
 
-def medians(db: Db, since: str, column: str) -> list[tuple]:
-    """(sku, shape, unit, values, median of ``column``) over the latest certificates' perf rows."""
-    assert column in ("measured", "baseline")
+def medians(db: Db, since: str) -> list[tuple]:
+    """(sku, shape, unit, GPUs, median measured, median baseline or None) over the latest
+    certificates' perf rows; baselines are ranked with the missing ones last."""
+    mid = "k{c} IN ((n{c} + 1) / 2, (n{c} + 2) / 2)"
+    middle = {c: f"MIN(CASE WHEN {mid.format(c=c[0])} THEN {c} END) / 2 + MAX(CASE WHEN {mid.format(c=c[0])} THEN {c} END) / 2"
+              for c in ("measured", "baseline")}  # fmt: skip
     return db.rows(f"""WITH {LATEST},
-        pts AS (SELECT p.sku, p.shape, p.unit, p.{column} AS v FROM perf p JOIN latest l ON p.cert_id = l.id
-                WHERE p.{column} IS NOT NULL),
-        ranked AS (SELECT sku, shape, unit, v, ROW_NUMBER() OVER (PARTITION BY sku, shape, unit ORDER BY v) AS k,
-                          COUNT(*) OVER (PARTITION BY sku, shape, unit) AS n FROM pts)
-        SELECT sku, shape, unit, n, {MIDDLE.format(v="v")} FROM ranked WHERE k IN ((n + 1) / 2, (n + 2) / 2)
-        GROUP BY sku, shape, unit, n ORDER BY sku, shape, unit""", (since,))  # fmt: skip
+        ranked AS (
+            SELECT p.sku, p.shape, p.unit, p.measured, p.baseline,
+                   ROW_NUMBER() OVER (PARTITION BY p.sku, p.shape, p.unit ORDER BY p.measured) AS km,
+                   ROW_NUMBER() OVER (PARTITION BY p.sku, p.shape, p.unit
+                                      ORDER BY CASE WHEN p.baseline IS NULL THEN 1 ELSE 0 END, p.baseline) AS kb,
+                   COUNT(*) OVER (PARTITION BY p.sku, p.shape, p.unit) AS nm,
+                   COUNT(p.baseline) OVER (PARTITION BY p.sku, p.shape, p.unit) AS nb
+            FROM perf p JOIN latest l ON p.cert_id = l.id)
+        SELECT sku, shape, unit, nm, {middle["measured"]}, {middle["baseline"]}
+        FROM ranked GROUP BY sku, shape, unit, nm ORDER BY sku, shape, unit""", (since,))  # fmt: skip
 
 
 def problem_kinds(db: Db, since: str) -> list[tuple[str, int]]:
@@ -129,5 +136,5 @@ def drift_rows(db: Db, since: str, tolerance: float, nodes: list[str]) -> list[t
     """(node, gpu, shape, unit, last, median, earlier runs) of the drifted series of ``nodes``."""
     if not nodes:
         return []
-    return db.rows(f"WITH {_drifted(len(nodes))} SELECT node, gpu, shape, unit, last, median, n FROM drifted "
-                   "ORDER BY node, gpu, shape, unit", (since, *nodes, tolerance, tolerance))  # fmt: skip
+    return db.rows(f"WITH {LATEST}, {_drifted(len(nodes))} SELECT node, gpu, shape, unit, last, median, n FROM drifted "
+                   "ORDER BY node, gpu, shape, unit", (since, *nodes, since, *nodes, tolerance, tolerance))  # fmt: skip

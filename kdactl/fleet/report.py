@@ -125,12 +125,10 @@ def _totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def perf_rows(measured: list[tuple], baselines: list[tuple]) -> list[dict[str, Any]]:
+def perf_rows(medians: list[tuple]) -> list[dict[str, Any]]:
     """Rows per (SKU, shape, unit), then one geomean row per SKU over the shapes with a baseline."""
-    base = {(sku, shape, unit): m for sku, shape, unit, _, m in baselines}
     rows, logs = [], {}
-    for sku, shape, unit, n, m in measured:
-        b = base.get((sku, shape, unit))
+    for sku, shape, unit, n, m, b in medians:
         lr = log_ratio(m, b)
         if lr is not None:
             logs.setdefault(sku, []).append(lr)
@@ -196,7 +194,7 @@ def build_report(store: Store, now: datetime, since: datetime | None = None, tol
     rep.certificates = queries.count_certificates(db, lo)
     counts = queries.summary(db, lo, t, stamp(now + EXPIRING_WITHIN))
     rep.summary, rep.nodes = summary_rows(counts, queries.facts(db, lo)), sum(int(c[1]) for c in counts)
-    rep.perf = perf_rows(queries.medians(db, lo, "measured"), queries.medians(db, lo, "baseline"))
+    rep.perf = perf_rows(queries.medians(db, lo))
     page = queries.flagged(db, lo, t, tolerance, limit, offset)
     expired = drifted = 0
     if page:

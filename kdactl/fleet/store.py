@@ -97,7 +97,7 @@ def _insert(db: Db, found: Extracted, source: str, ingested_at: str, blob: bytes
         return False
     cert_id = got[0][0]
     db.execute("INSERT INTO docs VALUES (?, ?)", (cert_id, blob))
-    db.many("INSERT INTO perf VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [(cert_id, c["node"], c["issued_at"], *p) for p in found.perf])
+    db.many("INSERT INTO perf VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [(cert_id, c["node"], c["issued_at"], *p) for p in found.perf])
     db.many("INSERT INTO problems VALUES (?, ?, ?, ?)", [(cert_id, *p) for p in found.problems])
     return True
 
