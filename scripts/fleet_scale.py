@@ -123,8 +123,9 @@ def replicate(db: str, copies: int) -> None:
                 st.db.execute(f"""INSERT INTO certs (id, digest, node, issued_at, expires_at, {', '.join(rest)}, source, ingested_at)
                     SELECT id + ?, digest || ?, node || ?, issued_at, expires_at, {', '.join(rest)}, source, ingested_at
                     FROM certs WHERE id <= ?""", (shift, tag, tag, top))  # fmt: skip
-                st.db.execute("INSERT INTO perf SELECT cert_id + ?, node || ?, issued_at, gpu, sku, shape, unit, measured, baseline "
-                              "FROM perf WHERE cert_id <= ?", (shift, tag, top))  # fmt: skip
+                # a series key per new node: the low 4 bits of the hash replaced by the copy's number
+                st.db.execute("INSERT INTO perf SELECT cert_id + ?, node || ?, issued_at, (series / 16) * 16 + ?, gpu, sku, shape, "
+                              "unit, measured, baseline FROM perf WHERE cert_id <= ?", (shift, tag, k, top))  # fmt: skip
                 st.db.execute("INSERT INTO problems SELECT cert_id + ?, kind, gpu, detail FROM problems WHERE cert_id <= ?", (shift, top))
                 st.db.execute("INSERT INTO docs SELECT cert_id + ?, doc FROM docs WHERE cert_id <= ?", (shift, top))
             print(f"  replicated copy {k}: {st.count()} certificates", flush=True)
