@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from kdactl.errors import UsageError
 
@@ -93,11 +94,24 @@ def open_db(target: str | Path, create: bool = True) -> Db:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
+        _while_busy(lambda: conn.execute("PRAGMA journal_mode=WAL"))
         conn.execute("PRAGMA synchronous=NORMAL")  # WAL: a power cut may lose the last commits, never corrupt
     except (OSError, sqlite3.Error) as err:
         raise UsageError(f"--db {path}: cannot open the fleet store: {err}") from None
     return Db(conn, "sqlite", (sqlite3.Error,), str(path))
+
+
+def _while_busy(step: Callable[[], Any], wait_s: float = BUSY_TIMEOUT_S) -> Any:
+    """``step`` again until it does not find the file busy: switching a new file to WAL while another
+    process opens it can answer "database is locked" at once, without SQLite's own wait."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return step()
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) and "busy" not in str(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _open_postgres(url: str) -> Db:
