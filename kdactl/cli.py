@@ -195,25 +195,26 @@ def sanitize(
 # ---------------------------------------------------------------------------------------------
 # fleet, slurm, k8s
 
-fleet_app = typer.Typer(help="Certificates from many nodes: ingest into a store, report per SKU.", no_args_is_help=True)
+fleet_app = typer.Typer(help="Certificates from many nodes: ingest into a store (SQLite or PostgreSQL), report per SKU, prune.", no_args_is_help=True)
 slurm_app = typer.Typer(help="Drain this node in Slurm, and resume it only if kdactl drained it.", no_args_is_help=True)
 k8s_app = typer.Typer(help="Kubernetes: Node Feature Discovery labels from the cached certificate.", no_args_is_help=True)
 app.add_typer(fleet_app, name="fleet")
 app.add_typer(slurm_app, name="slurm")
 app.add_typer(k8s_app, name="k8s")
-DbOpt = typer.Option(None, "--db", help="Fleet store (SQLite; default <data dir>/fleet.db).")
+DbOpt = typer.Option(None, "--db", help="Fleet store: a SQLite file, or a postgresql:// URL (needs kdactl[postgres]); "
+                     "default KDACTL_FLEET_DB, else <data dir>/fleet.db.")  # fmt: skip
 NodeOpt = typer.Option(None, "--node", help="Slurm node name (default SLURMD_NODENAME, else the short hostname).")
 
 
 @fleet_app.command("ingest")
 def fleet_ingest(
     paths: list[Path] = typer.Argument(..., help="Certificate files, or directories of *.json certificates."),
-    db: Optional[Path] = DbOpt,
+    db: Optional[str] = DbOpt,
     key_file: Optional[Path] = typer.Option(None, "--key-file", help="HMAC key file (default: KDACTL_CERT_KEY); a signature is then required."),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Verify each certificate and store it (once per digest); exit 1 if any was rejected."""
-    from kdactl.fleet.store import ingest_command
+    """Verify each certificate and store it (once per digest, one transaction each); exit 1 if any was rejected."""
+    from kdactl.fleet.ingest import ingest_command
 
     _run(as_json, lambda s: ingest_command(s, paths, db, key_file))
 
@@ -222,14 +223,30 @@ def fleet_ingest(
 def fleet_report(
     fmt: str = typer.Option("table", "--format", help="table | markdown | json | html"),
     since: Optional[str] = typer.Option(None, "--since", help="Only certificates issued at or after this ISO date/time."),
-    tolerance: float = typer.Option(0.10, "--tolerance", help="Drift: latest perf worse than the node's own median by more than this."),
-    db: Optional[Path] = DbOpt,
+    tolerance: float = typer.Option(0.10, "--tolerance", help="Drift: latest perf worse than the GPU's own median by more than this."),
+    limit: int = typer.Option(100, "--limit", help="Problem nodes (and problem kinds) shown, most severe first."),
+    offset: int = typer.Option(0, "--offset", help="Problem nodes skipped first (the next page)."),
+    db: Optional[str] = DbOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Qualification per SKU, perf per SKU and shape (geomeans), and nodes failed, expired or drifted."""
+    """Per SKU: nodes certified / not / inconclusive / expired; problems by kind; perf per shape; problem nodes."""
     from kdactl.fleet.report import report_command
 
-    _run(as_json, lambda s: report_command(s, db, fmt, since, tolerance))
+    _run(as_json, lambda s: report_command(s, db, fmt, since, tolerance, limit=limit, offset=offset))
+
+
+@fleet_app.command("prune")
+def fleet_prune(
+    keep: Optional[int] = typer.Option(None, "--keep", help="Keep each node's newest N certificates."),
+    older_than: Optional[float] = typer.Option(None, "--older-than", help="Remove certificates issued more than DAYS ago."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Count what would be removed; remove nothing."),
+    db: Optional[str] = DbOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Retention: remove older certificates; a node's latest is always kept."""
+    from kdactl.fleet.prune import prune_command
+
+    _run(as_json, lambda s: prune_command(s, db, keep, older_than, dry_run))
 
 
 @slurm_app.command("drain")

@@ -4,9 +4,11 @@ with perf results, faults and hostnames chosen by the test."""
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Iterator
 
 from kdactl.certify.command import CertifyOptions, certify_command
 from kdactl.results import CheckResult
@@ -60,3 +62,67 @@ def after(days: float) -> datetime:
 def recent() -> datetime:
     """An hour ago by the real clock: for tests whose ingest or report uses the clock."""
     return datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=1)
+
+
+def resealed(source: Path, out: Path, change) -> Path:
+    """``source`` changed by ``change(doc)`` and sealed again: digest-valid, whatever its content."""
+    from kdactl.certify import certificate as cm
+
+    doc = json.loads(source.read_text())
+    doc.pop("integrity")
+    change(doc)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(cm.seal(doc, None), indent=2, allow_nan=True))
+    return out
+
+
+# --- the store under test: a SQLite file, or a schema of its own on a real PostgreSQL server ------
+
+PG_ENV = "KDACTL_TEST_PG_URL"  # set by .ci/run, which starts the server
+
+
+def postgres_url() -> str:
+    """The test server's URL; in CI (CI=true, or KDACTL_REQUIRE_POSTGRES=1 as .ci/run sets) a missing
+    server or psycopg fails, elsewhere it skips."""
+    import os
+
+    import pytest
+
+    url = os.environ.get(PG_ENV)
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        url = None
+    if not url:
+        why = f"no PostgreSQL for the fleet store tests ({PG_ENV} unset or psycopg missing; .ci/run starts one)"
+        if os.environ.get("CI") == "true" or os.environ.get("KDACTL_REQUIRE_POSTGRES") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    return url
+
+
+@contextmanager
+def postgres_schema() -> Iterator[str]:
+    """A URL whose search_path is a fresh schema, dropped afterwards."""
+    import uuid
+
+    import psycopg
+
+    url = postgres_url()
+    name = f"kdactl_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {name}")
+    try:
+        yield f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{name}"
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {name} CASCADE")
+
+
+@contextmanager
+def store_target(backend: str, tmp: Path) -> Iterator[str]:
+    if backend == "sqlite":
+        yield str(tmp / "f.db")
+    else:
+        with postgres_schema() as url:
+            yield url

@@ -1,4 +1,10 @@
-"""The fleet report as a rich table, markdown, JSON or a self-contained HTML page."""
+"""The fleet report as a rich table, markdown, JSON or a self-contained HTML page.
+
+Every value printed is escaped for its format: the table prints cells as plain text (never rich
+markup), markdown spells HTML's and markdown's special characters as entities or escapes (so a
+hostname can carry neither a tag nor a link), HTML escapes everything. Values arrive bounded
+(kdactl.fleet.text.clip); a problems cell is bounded again as a whole.
+"""
 
 from __future__ import annotations
 
@@ -7,24 +13,31 @@ import json
 from typing import Any, Callable, Mapping
 
 from rich.table import Table
+from rich.text import Text
 
-QUAL_COLS = (("SKU", "sku"), ("CC", "cc"), ("SMs", "sm_count"), ("CUDA", "cuda"), ("target", "target"),
-             ("suite passed", "suite"), ("sanitizer errors", "sanitizer"), ("nodes certified", "nodes"))  # fmt: skip
+from kdactl.fleet.text import clip
+
+PROBLEM_CELL_MAX = 1200
+SUMMARY_COLS = (("SKU", "sku"), ("nodes", "nodes"), ("certified", "certified"), ("not certified", "not_certified"),
+                ("inconclusive", "inconclusive"), ("expired", "expired"), ("expiring in 1 day", "expiring_1d"),
+                ("CC", "cc"), ("SMs", "sm_count"), ("CUDA", "cuda"), ("target", "target"), ("suite passed", "suite"),
+                ("sanitizer errors", "sanitizer"))  # fmt: skip
+KIND_COLS = (("problem", "kind"), ("nodes", "nodes"))
 PERF_COLS = (("SKU", "sku"), ("shape", "shape"), ("GPUs", "gpus"), ("measured", "measured"), ("baseline", "baseline"),
              ("measured/baseline", "ratio"))  # fmt: skip
-PROBLEM_COLS = (("node", "node"), ("SKU", "sku"), ("verdict", "verdict"), ("expires", "expires_at"), ("problems", "problems"))
+PROBLEM_COLS = (("node", "node"), ("SKU", "sku"), ("severity", "severity"), ("issued", "issued_at"),
+                ("expires", "expires_at"), ("problems", "problems"))  # fmt: skip
+_MD_SPECIAL = frozenset("\\`*_[]|~")  # with [ ] escaped no ( ) can make a link
+_MD_ENTITY = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 
 def _num(x: Any, unit: str = "") -> str:
-    if x is None:
-        return "-"
-    return f"{x:.4g} {unit}".strip()
+    return "-" if x is None else f"{x:.4g} {unit}".strip()
 
 
-def qual_cells(row: Mapping[str, Any]) -> dict[str, str]:
+def summary_cells(row: Mapping[str, Any]) -> dict[str, str]:
     san = "not run" if row["sanitizer_errors"] is None else f"{row['sanitizer_errors']} ({row['sanitizer_runs']} runs)"
-    return {**{k: str(v) for k, v in row.items()}, "suite": f"{row['suite_passed']}/{row['suite_total']}",
-            "sanitizer": san, "nodes": f"{row['nodes_certified']}/{row['nodes_total']}"}  # fmt: skip
+    return {**{k: str(v) for k, v in row.items()}, "suite": f"{row['suite_passed']}/{row['suite_total']}", "sanitizer": san}
 
 
 def perf_cells(row: Mapping[str, Any]) -> dict[str, str]:
@@ -34,19 +47,31 @@ def perf_cells(row: Mapping[str, Any]) -> dict[str, str]:
             "baseline": _num(row["baseline"], row["unit"]), "ratio": ratio}  # fmt: skip
 
 
-def problem_cells(row: Mapping[str, Any], sep: str = "; ") -> dict[str, str]:
-    return {**{k: str(v) for k, v in row.items()}, "problems": sep.join(row["problems"])}
+def problem_cells(row: Mapping[str, Any]) -> dict[str, str]:
+    return {**{k: str(v) for k, v in row.items()}, "problems": clip("; ".join(row["problems"]), PROBLEM_CELL_MAX)}
+
+
+def page_note(report: Any) -> str:
+    if not report.problem_nodes:
+        return "none"
+    first, last = report.offset + 1, report.offset + len(report.problems)
+    more = f"; --offset {last} for the next" if last < report.problem_nodes else ""
+    shown = f"{first}-{last}" if report.problems else "none"
+    return f"{shown} of {report.problem_nodes}, most severe first{more}"
 
 
 def sections(report: Any) -> list[tuple[str, tuple, list[dict[str, str]]]]:
     left_out = [("Stored rows left out (not well-formed certificates)", (("row", "row"),),
-                 [{"row": line} for line in report.left_out])] if report.left_out else []  # fmt: skip
-    return left_out + [
-        ("Qualification per SKU (each node's latest certificate)", QUAL_COLS, [qual_cells(r) for r in report.qualification]),
+                 [{"row": clip(line, PROBLEM_CELL_MAX)} for line in report.left_out])] if report.left_out else []  # fmt: skip
+    return [
+        ("Fleet summary per SKU (each node's latest certificate)", SUMMARY_COLS, [summary_cells(r) for r in report.summary]),
+        ("Problems by kind (nodes whose latest certificate has it)", KIND_COLS,
+         [{"kind": r["kind"], "nodes": str(r["nodes"])} for r in report.kinds]),
         ("Performance per SKU and shape (median over GPUs; measured/baseline > 1 is slower for times)", PERF_COLS,
          [perf_cells(r) for r in report.perf]),
-        ("Nodes failed, inconclusive, expired or drifted", PROBLEM_COLS, [problem_cells(r) for r in report.problems]),
-    ]  # fmt: skip
+        (f"Nodes not certified, expired, drifted or fault-injected: {page_note(report)}", PROBLEM_COLS,
+         [problem_cells(r) for r in report.problems]),
+    ] + left_out  # fmt: skip
 
 
 def header(report: Any) -> str:
@@ -60,32 +85,33 @@ def render(report: Any, console: Any, fmt: str) -> None:
     if fmt in writers:
         console.file.write(writers[fmt](report))
         return
-    console.print(header(report), markup=False)
+    console.print(Text(header(report)))
     for title, cols, rows in sections(report):
-        table = Table(title=title, title_justify="left")
+        table = Table(title=Text(title), title_justify="left")
         for name, _ in cols:
-            table.add_column(name, overflow="fold")
+            table.add_column(Text(name), overflow="fold")
         for row in rows:
-            table.add_row(*(row[key].replace("[", "\\[") for _, key in cols))
+            table.add_row(*(Text(row[key]) for _, key in cols))
         if not rows:
             table.add_row("none", *([""] * (len(cols) - 1)))
         console.print(table)
 
 
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+def md(text: str) -> str:
+    """Markdown that shows ``text`` as it is: no HTML, no emphasis, no link, no table break."""
+    return "".join(_MD_ENTITY.get(ch) or ("\\" + ch if ch in _MD_SPECIAL else ch) for ch in text.replace("\n", " "))
 
 
 def markdown(report: Any) -> str:
-    lines = [f"# {header(report)}", ""]
+    lines = [f"# {md(header(report))}", ""]
     for title, cols, rows in sections(report):
-        lines += [f"## {title}", ""]
+        lines += [f"## {md(title)}", ""]
         if not rows:
             lines += ["none", ""]
             continue
-        lines.append("| " + " | ".join(name for name, _ in cols) + " |")
+        lines.append("| " + " | ".join(md(name) for name, _ in cols) + " |")
         lines.append("|" + "---|" * len(cols))
-        lines += ["| " + " | ".join(_md_cell(row[key]) for _, key in cols) + " |" for row in rows]
+        lines += ["| " + " | ".join(md(row[key]) for _, key in cols) + " |" for row in rows]
         lines.append("")
     return "\n".join(lines)
 

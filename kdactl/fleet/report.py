@@ -1,13 +1,14 @@
-"""``kdactl fleet report``: what the stored certificates say about the fleet, per SKU.
+"""``kdactl fleet report``: what the stored certificates say about the fleet, computed in SQL.
 
-Pure functions of the certificate documents and the time now:
-  qualification  one row per SKU over each node's latest certificate: CC, SMs, CUDA toolkit, target,
-                 suite checks passed/total, sanitizer failures, nodes certified/total;
-  perf           per SKU and shape: median measured over the nodes' GPUs against the baseline, and
-                 the geomean of measured/baseline per SKU;
-  problems       the nodes whose latest certificate is not ``certified``, has expired, or whose
-                 perf drifted: the latest measurement worse than the median of that GPU's own
-                 earlier ones by more than the tolerance.
+Sections, all over each node's latest certificate (kdactl.fleet.queries):
+  summary   one row per SKU: nodes certified / not certified / inconclusive / expired (said certified,
+            now lapsed) / expiring within a day, CC, SMs, CUDA, target, suite checks, sanitizer failures;
+            a totals row last;
+  kinds     each kind of problem (a failed check, an error, expiry, drift, a fault) with its node count;
+  perf      per SKU and shape: median measured over the GPUs against the median baseline, and the
+            geomean of measured/baseline per SKU;
+  problems  a page (--limit, --offset) of the nodes not certified, expired, drifted or fault-injected,
+            most severe first, each with its problems (bounded).
 A node counts as certified only when its latest certificate says so and has not expired: missing
 evidence is never a pass, so a SKU whose nodes ran no sanitizer says "not run", not 0 errors.
 """
@@ -15,39 +16,50 @@ evidence is never a pass, so a SKU whose nodes ran no sanitizer says "not run", 
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any, Iterable
 
-from kdactl.certify.certificate import parse_stamp, stamp
+from kdactl.certify.certificate import now_utc, parse_stamp, stamp
+from kdactl.errors import UsageError
+from kdactl.fleet import queries
+from kdactl.fleet.store import Store, db_target
+from kdactl.fleet.text import clip
 
-NO_GPU = "(no GPU)"
-LOWER_IS_BETTER = {"ms", "us", "s", "ns"}
 DEFAULT_TOLERANCE = 0.10
-MIN_HISTORY = 2  # earlier measurements needed before drift is judged
-
-Doc = Mapping[str, Any]
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 10_000
+EXPIRING_WITHIN = timedelta(days=1)
+CELL_MAX = 120  # any one value in a cell
+PROBLEMS_MAX = 8  # problem lines per node; more are counted
+FORMATS = ("table", "markdown", "json", "html")
+SEVERITY = ("not certified", "inconclusive", "expired", "drifted", "fault injected")
 
 
 @dataclass
 class FleetReport:
     generated_at: str
     since: str | None
-    certificates: int
-    qualification: list[dict[str, Any]] = field(default_factory=list)
+    certificates: int = 0
+    nodes: int = 0
+    summary: list[dict[str, Any]] = field(default_factory=list)
+    kinds: list[dict[str, Any]] = field(default_factory=list)
     perf: list[dict[str, Any]] = field(default_factory=list)
     problems: list[dict[str, Any]] = field(default_factory=list)
-    nodes: int = 0
-    left_out: list[str] = field(default_factory=list)  # stored rows that are not well-formed certificates
+    problem_nodes: int = 0  # all flagged nodes; ``problems`` is the page from ``offset``
+    offset: int = 0
+    limit: int = DEFAULT_LIMIT
+    left_out: list[str] = field(default_factory=list)  # rows of an older store that were not certificates
     fmt: str = "table"
     exit_code: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"command": "fleet report", "generated_at": self.generated_at, "since": self.since,
-                "certificates": self.certificates, "nodes": self.nodes, "qualification": self.qualification,
-                "perf": self.perf, "problems": self.problems, "left_out": self.left_out,
-                "exit_code": self.exit_code}  # fmt: skip
+                "certificates": self.certificates, "nodes": self.nodes, "summary": self.summary,
+                "problem_kinds": self.kinds, "perf": self.perf,
+                "problems": {"nodes": self.problem_nodes, "offset": self.offset, "limit": self.limit,
+                             "rows": self.problems},
+                "left_out": self.left_out, "exit_code": self.exit_code}  # fmt: skip
 
     def render(self, console: Any) -> None:
         from kdactl.fleet import render
@@ -56,191 +68,117 @@ class FleetReport:
 
 
 # ---------------------------------------------------------------------------------------------
-# Node and GPU facts from a certificate
+# Pure parts
 
 
-def _host(doc: Doc) -> str:
-    return str((doc.get("node") or {}).get("hostname") or "?")
+def joined(values: Iterable[Any]) -> str:
+    seen = sorted({str(v) for v in values if v not in (None, "-")})
+    return clip(", ".join(seen), CELL_MAX) if seen else "-"
 
 
-def node_sku(doc: Doc) -> str:
-    skus = sorted({str(g.get("sku")) for g in doc.get("gpus") or []})
-    return "+".join(skus) if skus else NO_GPU
+def log_ratio(measured: float, baseline: float | None) -> float | None:
+    """log(measured / baseline), taken apart so that no quotient under- or overflows (1e-320 / 1e300)."""
+    if baseline is None or not (measured > 0 and baseline > 0 and math.isfinite(measured) and math.isfinite(baseline)):
+        return None
+    return math.log(measured) - math.log(baseline)
 
 
-def _gpu_by_index(doc: Doc) -> dict[Any, Mapping[str, Any]]:
-    return {g.get("index"): g for g in doc.get("gpus") or []}
+def geomean_ratio(logs: list[float]) -> float:
+    return _exp(sum(logs) / len(logs))
 
 
-def _result_sku(doc: Doc, r: Mapping[str, Any]) -> str:
-    g = _gpu_by_index(doc).get(r.get("gpu"))
-    return str(g.get("sku")) if g else node_sku(doc)
+def _exp(x: float) -> float:
+    return math.exp(min(x, 700.0))  # beyond e^700 is "infinitely slower" for any reader; exp() would raise
 
 
-def latest_per_node(docs: Iterable[Doc]) -> dict[str, Doc]:
-    """Each node's latest full certificate, or its latest of any scope when it has no full one."""
-    out: dict[str, Doc] = {}
-    for doc in sorted(docs, key=lambda d: (d.get("scope") == "full", str(d.get("issued_at")))):
-        out[_host(doc)] = doc
-    return out
+def worse_by(last: float, median: float, unit: str) -> float:
+    """How much worse ``last`` is than ``median``: slower for time units, lower for the others."""
+    if unit in queries.LOWER_IS_BETTER:
+        return _exp(math.log(last) - math.log(median)) - 1
+    return 1 - _exp(math.log(last) - math.log(median))
 
 
-def expired(doc: Doc, now: datetime) -> bool:
-    t = parse_stamp(doc.get("expires_at"))
-    return t is None or t <= now
-
-
-def is_sanitizer(check: str) -> bool:
-    return check.startswith("sanitize")
-
-
-def is_perf(r: Mapping[str, Any]) -> bool:
-    return str(r.get("check", "")).startswith("perf")
-
-
-# ---------------------------------------------------------------------------------------------
-# Qualification
-
-
-def qualification(latest: Mapping[str, Doc], now: datetime) -> list[dict[str, Any]]:
-    by_sku: dict[str, list[Doc]] = {}
-    for doc in latest.values():
-        by_sku.setdefault(node_sku(doc), []).append(doc)
-    return [_qual_row(sku, docs, now) for sku, docs in sorted(by_sku.items())]
-
-
-def _qual_row(sku: str, docs: list[Doc], now: datetime) -> dict[str, Any]:
-    gpus = [g for d in docs for g in d.get("gpus") or []]
-    results = [r for d in docs for r in d.get("results") or []]
-    suite = [r for r in results if not is_sanitizer(str(r.get("check"))) and not is_perf(r)]
-    sanitizer = [r for r in results if is_sanitizer(str(r.get("check")))]
-    certified = [d for d in docs if d.get("verdict") == "certified" and not expired(d, now)]
-    return {
-        "sku": sku,
-        "cc": _joined(g.get("cc") for g in gpus),
-        "sm_count": _joined(g.get("sm_count") for g in gpus),
-        "cuda": _joined((d.get("versions") or {}).get("cuda_toolkit") for d in docs),
-        "target": _joined(g.get("target") for g in gpus),
-        "suite_passed": sum(r.get("status") == "pass" for r in suite),
-        "suite_total": len(suite),
-        "sanitizer_runs": len(sanitizer),
-        "sanitizer_errors": sum(r.get("status") == "fail" for r in sanitizer) if sanitizer else None,
-        "nodes_certified": len(certified),
-        "nodes_total": len(docs),
-    }
-
-
-def _joined(values: Iterable[Any]) -> str:
-    seen = sorted({str(v) for v in values if v is not None})
-    return ", ".join(seen) if seen else "-"
-
-
-# ---------------------------------------------------------------------------------------------
-# Performance
-
-
-def perf_points(doc: Doc) -> list[dict[str, Any]]:
-    """Each perf result with a numeric measurement: sku, gpu (uuid), shape, unit, measured, baseline."""
-    gpus = _gpu_by_index(doc)
-    out = []
-    for r in doc.get("results") or []:
-        m = r.get("measured")
-        if not isinstance(m, (int, float)) or isinstance(m, bool) or not math.isfinite(m) or m <= 0:
-            continue
-        b = r.get("baseline")
-        g = gpus.get(r.get("gpu")) or {}
-        out.append({"sku": _result_sku(doc, r), "gpu": g.get("uuid") or r.get("gpu"), "shape": str(r.get("shape") or r.get("check")),
-                    "unit": str(r.get("unit") or ""), "measured": float(m),
-                    "baseline": float(b) if isinstance(b, (int, float)) and not isinstance(b, bool) and b > 0 else None})  # fmt: skip
-    return out
-
-
-def perf_table(latest: Mapping[str, Doc]) -> list[dict[str, Any]]:
-    """Rows per (SKU, shape, unit), then one geomean row per SKU (over shapes with a baseline)."""
-    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-    for doc in latest.values():
-        for p in perf_points(doc):
-            groups.setdefault((p["sku"], p["shape"], p["unit"]), []).append(p)
-    rows, ratios = [], {}
-    for (sku, shape, unit), pts in sorted(groups.items()):
-        measured = statistics.median(p["measured"] for p in pts)
-        baselines = [p["baseline"] for p in pts if p["baseline"]]
-        baseline = statistics.median(baselines) if baselines else None
-        ratio = measured / baseline if baseline else None
-        if ratio is not None:
-            ratios.setdefault(sku, []).append(ratio)
-        rows.append({"sku": sku, "shape": shape, "unit": unit, "gpus": len(pts), "measured": measured,
-                     "baseline": baseline, "ratio": ratio})  # fmt: skip
-    for sku, rs in sorted(ratios.items()):
-        rows.append({"sku": sku, "shape": "geomean", "unit": "", "gpus": None, "measured": None, "baseline": None,
-                     "ratio": geomean(rs), "shapes": len(rs)})  # fmt: skip
+def summary_rows(counts: list[tuple], facts: list[tuple]) -> list[dict[str, Any]]:
+    by_sku: dict[str, list[tuple]] = {}
+    for f in facts:
+        by_sku.setdefault(f[0], []).append(f)
+    rows = []
+    for sku, nodes, ok, bad, unsure, lapsed, soon, passed, total, runs, errors in counts:
+        fs = by_sku.get(sku, [])
+        rows.append({"sku": clip(sku, CELL_MAX), "nodes": nodes, "certified": ok, "not_certified": bad, "inconclusive": unsure,
+                     "expired": lapsed, "expiring_1d": soon, "cc": joined(f[1] for f in fs),
+                     "sm_count": joined(f[2] for f in fs), "target": joined(f[3] for f in fs),
+                     "cuda": joined(f[4] for f in fs), "suite_passed": int(passed), "suite_total": int(total),
+                     "sanitizer_runs": int(runs), "sanitizer_errors": int(errors) if runs else None})  # fmt: skip
+    if len(rows) > 1:
+        rows.append(_totals(rows))
     return rows
 
 
-def geomean(values: Iterable[float]) -> float:
-    vs = list(values)
-    return math.exp(sum(math.log(v) for v in vs) / len(vs))
-
-
-def drift(docs: Iterable[Doc], tolerance: float = DEFAULT_TOLERANCE) -> dict[str, list[str]]:
-    """hostname -> one line per (GPU, shape) whose latest measurement is worse than the median of
-    that series' earlier ones by more than ``tolerance`` (time units: slower; others: lower)."""
-    series: dict[tuple[str, Any, str, str], list[tuple[str, float]]] = {}
-    for doc in docs:
-        for p in perf_points(doc):
-            series.setdefault((_host(doc), p["gpu"], p["shape"], p["unit"]), []).append((str(doc.get("issued_at")), p["measured"]))
-    out: dict[str, list[str]] = {}
-    for (host, gpu, shape, unit), pts in sorted(series.items(), key=lambda kv: str(kv[0])):
-        pts.sort()
-        if len(pts) < MIN_HISTORY + 1:
-            continue
-        last, median = pts[-1][1], statistics.median(v for _, v in pts[:-1])
-        worse = last / median - 1 if unit in LOWER_IS_BETTER else 1 - last / median
-        if worse > tolerance:
-            out.setdefault(host, []).append(
-                f"GPU {gpu} {shape}: actual {last:.4g} {unit}, own median {median:.4g} {unit} over {len(pts) - 1} "
-                f"earlier runs ({worse:+.1%} worse, tolerance {tolerance:.0%})")
+def _totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    summed = ("nodes", "certified", "not_certified", "inconclusive", "expired", "expiring_1d", "suite_passed",
+              "suite_total", "sanitizer_runs")  # fmt: skip
+    out: dict[str, Any] = {"sku": "all", "cc": "-", "sm_count": "-", "target": "-", "cuda": "-"}
+    out.update({k: sum(int(r[k]) for r in rows) for k in summed})
+    errors = [r["sanitizer_errors"] for r in rows if r["sanitizer_errors"] is not None]
+    out["sanitizer_errors"] = sum(errors) if errors else None
     return out
+
+
+def perf_rows(medians: list[tuple]) -> list[dict[str, Any]]:
+    """Rows per (SKU, shape, unit), then one geomean row per SKU over the shapes with a baseline."""
+    rows, logs = [], {}
+    for sku, shape, unit, n, m, b in medians:
+        lr = log_ratio(m, b)
+        if lr is not None:
+            logs.setdefault(sku, []).append(lr)
+        rows.append({"sku": clip(sku, CELL_MAX), "shape": clip(shape, CELL_MAX), "unit": clip(unit, 20), "gpus": int(n),
+                     "measured": m, "baseline": b, "ratio": None if lr is None else _exp(lr)})  # fmt: skip
+    for sku, lrs in sorted(logs.items()):
+        rows.append({"sku": clip(sku, CELL_MAX), "shape": "geomean", "unit": "", "gpus": None, "measured": None,
+                     "baseline": None, "ratio": geomean_ratio(lrs), "shapes": len(lrs)})  # fmt: skip
+    return rows
+
+
+def kind_order(kind: str) -> int:
+    """Most severe first: failures, then errors and skips, then expiry, drift, faults."""
+    for rank, prefix in enumerate(("fail", "not_certified", "error", "inconclusive", "required", "expired", "drifted")):
+        if kind.startswith(prefix):
+            return rank
+    return 7
+
+
+def kind_rows(stored: list[tuple[str, int]], expired: int, drifted: int, limit: int) -> list[dict[str, Any]]:
+    kinds = [(k, int(n)) for k, n in stored] + [(k, n) for k, n in (("expired", expired), ("drifted", drifted)) if n]
+    kinds.sort(key=lambda kn: (kind_order(kn[0]), -kn[1], kn[0]))
+    rows = [{"kind": clip(k, CELL_MAX), "nodes": n} for k, n in kinds[:limit]]
+    if len(kinds) > limit:
+        rows.append({"kind": f"… {len(kinds) - limit} more kinds", "nodes": sum(n for _, n in kinds[limit:])})
+    return rows
+
+
+def drift_line(gpu: str, shape: str, unit: str, last: float, median: float, n: int, tolerance: float) -> str:
+    worse = worse_by(last, median, unit)
+    return (f"drifted: GPU {clip(gpu, 60)} {clip(shape, 60)}: actual {last:.4g} {unit}, own median {median:.4g} {unit} "
+            f"over {n} earlier runs ({worse:+.1%} worse, tolerance {tolerance:.0%})")  # fmt: skip
+
+
+def problem_lines(cert: dict[str, Any], expired: bool, now: str, stored: list[tuple], total: int,
+                  drifts: list[str]) -> list[str]:  # fmt: skip
+    lines = []
+    if expired:
+        lines.append(f"expired: expires_at {cert['expires_at']}, now {now}")
+    lines += [clip(f"{kind}{f' (GPU {gpu})' if gpu is not None else ''}: {detail}", CELL_MAX) for kind, gpu, detail in stored]
+    lines += drifts
+    hidden = total - len(stored) + max(len(lines) - PROBLEMS_MAX, 0)
+    return lines[:PROBLEMS_MAX] + ([f"… and {hidden} more"] if hidden > 0 else [])
 
 
 # ---------------------------------------------------------------------------------------------
-# Problem nodes and the whole report
-
-
-def problems(latest: Mapping[str, Doc], drifted: Mapping[str, list[str]], now: datetime) -> list[dict[str, Any]]:
-    out = []
-    for host, doc in sorted(latest.items()):
-        found = []
-        if doc.get("verdict") != "certified":
-            found.append(f"{doc.get('verdict')}: {doc.get('reason') or 'no reason recorded'}")
-        if expired(doc, now):
-            found.append(f"expired: expires_at {doc.get('expires_at')}, now {stamp(now)}")
-        fault = (doc.get("options") or {}).get("fault")
-        if fault:
-            found.append(f"fault injected (KDACTL_FAULT={fault}): a test of the pipeline, not of the node")
-        found += [f"drifted: {line}" for line in drifted.get(host, [])]
-        if found:
-            out.append({"node": host, "sku": node_sku(doc), "verdict": doc.get("verdict"), "issued_at": doc.get("issued_at"),
-                        "expires_at": doc.get("expires_at"), "problems": found})  # fmt: skip
-    return out
-
-
-def build_report(docs: list[Doc], now: datetime, since: datetime | None = None,
-                 tolerance: float = DEFAULT_TOLERANCE) -> FleetReport:  # fmt: skip
-    latest = latest_per_node(docs)
-    return FleetReport(
-        generated_at=stamp(now), since=stamp(since) if since else None, certificates=len(docs), nodes=len(latest),
-        qualification=qualification(latest, now), perf=perf_table(latest),
-        problems=problems(latest, drift(docs, tolerance), now),
-    )
-
-
-FORMATS = ("table", "markdown", "json", "html")
+# The report from the store
 
 
 def parse_since(text: str | None) -> datetime | None:
-    from kdactl.errors import UsageError
-
     if text is None:
         return None
     t = parse_stamp(text if "T" in text or len(text) > 10 else f"{text}T00:00:00Z")
@@ -249,20 +187,59 @@ def parse_since(text: str | None) -> datetime | None:
     return t
 
 
+def build_report(store: Store, now: datetime, since: datetime | None = None, tolerance: float = DEFAULT_TOLERANCE,
+                 limit: int = DEFAULT_LIMIT, offset: int = 0) -> FleetReport:  # fmt: skip
+    db, lo, t = store.db, stamp(since) if since else "", stamp(now)
+    rep = FleetReport(generated_at=t, since=stamp(since) if since else None, limit=limit, offset=offset)
+    rep.certificates = queries.count_certificates(db, lo)
+    counts = queries.summary(db, lo, t, stamp(now + EXPIRING_WITHIN))
+    rep.summary, rep.nodes = summary_rows(counts, queries.facts(db, lo)), sum(int(c[1]) for c in counts)
+    rep.perf = perf_rows(queries.medians(db, lo))
+    page = queries.flagged(db, lo, t, tolerance, limit, offset)
+    expired = drifted = 0
+    if page:
+        rep.problem_nodes, expired, drifted = (int(x or 0) for x in page[0][-3:])
+    elif offset:  # a page past the end still says how many there are
+        whole = queries.flagged(db, lo, t, tolerance, 1, 0)
+        rep.problem_nodes, expired, drifted = (int(x or 0) for x in whole[0][-3:]) if whole else (0, 0, 0)
+    rep.kinds = kind_rows(queries.problem_kinds(db, lo), expired, drifted, limit)
+    rep.problems = _problem_page(db, page, lo, t, tolerance)
+    rep.left_out = store.left_out()
+    return rep
+
+
+def _problem_page(db: Any, page: list[tuple], since: str, now: str, tolerance: float) -> list[dict[str, Any]]:
+    certs = [dict(zip(queries.CERT_FIELDS, row)) | {"drifted": row[-5], "severity": row[-4]} for row in page]
+    stored: dict[int, list[tuple]] = {}
+    totals: dict[int, int] = {}
+    for cert_id, kind, gpu, detail, n in queries.problem_rows(db, [c["id"] for c in certs], PROBLEMS_MAX):
+        stored.setdefault(cert_id, []).append((kind, gpu, detail))
+        totals[cert_id] = int(n)
+    drifts: dict[str, list[str]] = {}
+    for node, gpu, shape, unit, last, median, n in queries.drift_rows(db, since, tolerance, [c["node"] for c in certs if c["drifted"]]):
+        drifts.setdefault(node, []).append(drift_line(gpu, shape, unit, last, median, int(n), tolerance))
+    out = []
+    for c in certs:
+        lines = problem_lines(c, c["expires_at"] <= now, now, stored.get(c["id"], []), totals.get(c["id"], 0), drifts.get(c["node"], []))
+        out.append({"node": clip(c["node"], CELL_MAX), "sku": clip(c["sku"], CELL_MAX), "verdict": c["verdict"],
+                    "severity": SEVERITY[c["severity"]], "issued_at": c["issued_at"], "expires_at": c["expires_at"],
+                    "problems": lines})  # fmt: skip
+    return out
+
+
 def report_command(settings: Any, db: Any = None, fmt: str = "table", since: str | None = None,
-                   tolerance: float = DEFAULT_TOLERANCE, now: Any = None) -> FleetReport:  # fmt: skip
-    from pathlib import Path
-
-    from kdactl.certify.certificate import now_utc
-    from kdactl.errors import UsageError
-    from kdactl.fleet.store import default_db, load_docs
-
+                   tolerance: float = DEFAULT_TOLERANCE, now: Any = None, limit: int = DEFAULT_LIMIT,
+                   offset: int = 0) -> FleetReport:  # fmt: skip
     if fmt not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if not 0 <= tolerance < 1:
         raise UsageError(f"--tolerance must be at least 0 and below 1, got {tolerance:g}")
+    if not 1 <= limit <= MAX_LIMIT:
+        raise UsageError(f"--limit must be 1 to {MAX_LIMIT}, got {limit}")
+    if offset < 0:
+        raise UsageError(f"--offset must be 0 or more, got {offset}")
     start = parse_since(since)
-    docs, left_out = load_docs(Path(db) if db else default_db(settings), start)
-    report = build_report(docs, (now or now_utc)(), start, tolerance)
-    report.fmt, report.left_out = fmt, left_out
+    with Store(db_target(settings, db), create=False) as store:
+        report = build_report(store, (now or now_utc)(), start, tolerance, limit, offset)
+    report.fmt = fmt
     return report
