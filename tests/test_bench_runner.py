@@ -152,3 +152,12 @@ def test_json_keeps_stdout_clean(capsys):
     bench(Chatty(), as_json=True)
     out = capsys.readouterr()
     assert out.out == "" and "autotuning" in out.err
+
+
+def test_unknown_fault_is_a_usage_error_before_the_gpu():
+    def no_harness(o):
+        raise AssertionError("the harness must not start")
+
+    with pytest.raises(UsageError, match="KDACTL_FAULT='slowly'"):
+        run_bench(Settings.from_env({"KDACTL_FAULT": "slowly"}), BenchOptions(shapes=ONE), harness_factory=no_harness,
+                  progress=NullProgress())  # fmt: skip

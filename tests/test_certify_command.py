@@ -118,6 +118,22 @@ def test_usage_errors(tmp_path, opts, match):
         run(tmp_path, **opts)
 
 
+@pytest.mark.parametrize("value", ["garbage", "wrong-result:nosuch", "hang:5"])
+def test_unknown_fault_is_a_usage_error_and_writes_nothing(tmp_path, value):
+    runner = cf.FakeRunner()
+    with pytest.raises(UsageError, match=f"KDACTL_FAULT='{value}'.*valid values: wrong-result:direct, .*slow"):
+        run(tmp_path, runner=runner, env={"KDACTL_FAULT": value})
+    assert runner.calls == [] and not (tmp_path / "data" / "cert.json").exists()
+
+
+def test_cli_unknown_fault_exits_2_naming_it(tmp_path):
+    res = CliRunner().invoke(app, ["certify", "--json"], env={**_cli_env(tmp_path), "KDACTL_FAULT": "garbage"})
+    assert res.exit_code == 2, res.output
+    error = json.loads(res.stdout)["error"]
+    assert "'garbage'" in error and "sanitizer, hang, crash, busy, slow" in error
+    assert not (tmp_path / "data" / "cert.json").exists()
+
+
 def test_no_gpu_node_is_inconclusive_with_certificate(tmp_path):
     rep = run(tmp_path, facts=cf.no_gpu_node(), expect_gpus=8)
     assert rep.exit_code == 3 and rep.cert["verdict"] == "inconclusive"

@@ -30,6 +30,7 @@ from kdactl.certify.orchestrate import (GpuJob, Progress, StageRunner, StderrPro
 from kdactl.certify.outputs import junit_xml, prom_text, render_summary
 from kdactl.certify.stages import Plan, default_plan
 from kdactl.errors import UsageError
+from kdactl.faults import fault_from_env
 from kdactl.hw.driver import version_str
 from kdactl.results import VERDICT_EXIT, CheckResult, verdict
 from kdactl.settings import Settings
@@ -92,6 +93,7 @@ def check_options(o: CertifyOptions, settings: Settings) -> tuple[tuple[int, ...
         raise UsageError(f"--fail-on takes 'warn', got {o.fail_on!r}")
     if o.expect_sku is not None:
         _check_sku(o.expect_sku)
+    fault_from_env(settings.env)
     cert_mod.lifetime(o.lifetime_days)
     out_path = Path(o.out) if o.out else settings.data_dir / ("cert-quick.json" if o.quick else "cert.json")
     _check_outputs({"--out": out_path, "--junit": o.junit, "--prom": o.prom})
