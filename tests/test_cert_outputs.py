@@ -65,13 +65,15 @@ def test_prom_lines_are_valid_textfile_format(tmp_path):
         assert line.split("{")[0].split(" ")[0] == families[-1], f"{line} outside its family"
     assert 'kdactl_certified{node="node-a"} 0' in text
     assert f'kdactl_check_status{{node="node-a",check="route_smoke[direct]",gpu_uuid="{cf.uuid(1)}",status="fail"}} 1' in text
-    assert f'kdactl_perf_measured_ms{{node="node-a",gpu_uuid="{cf.uuid(0)}",shape="B1-T4096-H8-D128"}} 1.2' in text
+    assert f'kdactl_perf_measured_seconds{{node="node-a",gpu_uuid="{cf.uuid(0)}",shape="B1-T4096-H8-D128"}} 0.0012' in text
+    assert 'kdactl_check_results{node="node-a",status="error"} 1' in text
+    assert 'check="graph"' not in text  # a pass is counted, not given a series
     assert re.search(r'^kdactl_cert_expiry_timestamp_seconds\{node="node-a"\} 1778241600$', text, re.M)
 
 
 def test_prom_escapes_label_values(tmp_path):
     doc = cert(tmp_path, n=1)
-    doc["results"].append({"check": 'we"ird\\name\nx', "gpu": None, "status": "pass", "duration_s": 0.0, "message": ""})
+    doc["results"].append({"check": 'we"ird\\name\nx', "gpu": None, "status": "fail", "duration_s": 0.0, "message": ""})
     line = next(ln for ln in prom_text(doc).splitlines() if "we" in ln and "status" in ln)
     assert 'check="we\\"ird\\\\name\\nx"' in line and _SAMPLE.match(line)
 

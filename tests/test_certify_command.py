@@ -41,6 +41,12 @@ def test_certified_node_writes_a_verifiable_certificate(tmp_path):
     assert all({"check", "gpu", "status", "duration_s", "message"} <= set(r) for r in doc["results"])
 
 
+def test_node_name_from_the_environment_wins_over_the_hostname(tmp_path):
+    """In a pod the hostname is the pod's name; the DaemonSet names the node with KDACTL_NODE_NAME."""
+    rep = run(tmp_path, env={"KDACTL_NODE_NAME": "gpu-node-17"})
+    assert rep.cert["node"]["hostname"] == "gpu-node-17"
+
+
 def test_one_bad_gpu_fails_the_node(tmp_path):
     runner = cf.FakeRunner({("sanitize", 6): lambda j: [CheckResult("sanitize.racecheck", "fail", "RACECHECK SUMMARY: 2 errors")]})
     rep = run(tmp_path, runner=runner, expect_gpus=8, expect_sku="H200")

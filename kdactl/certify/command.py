@@ -36,6 +36,9 @@ from kdactl.results import VERDICT_EXIT, CheckResult, verdict
 from kdactl.settings import Settings
 
 LOG_PREFIX = "certify-logs-"
+# The node's name where the hostname is not it (a pod's hostname is the pod's name): the DaemonSet sets
+# it to the Kubernetes node name, which is what dcgm-exporter's Hostname label and kubectl name the node.
+NODE_NAME_VAR = "KDACTL_NODE_NAME"
 KEEP_LOG_DIRS = 5  # newest worker-log folders kept beside the certificate; older ones are removed
 
 
@@ -179,7 +182,7 @@ def build_document(settings: Settings, facts: Any, gpus: tuple[Any, ...], result
         "scope": "quick" if o.quick else "full",
         "issued_at": cert_mod.stamp(issued),
         "expires_at": cert_mod.stamp(issued + cert_mod.lifetime(o.lifetime_days)),
-        "node": {"hostname": d.hostname(), "host_arch": facts.host_arch or platform.machine(), "fingerprint": node_fp.to_json(),
+        "node": {"hostname": settings.env.get(NODE_NAME_VAR) or d.hostname(), "host_arch": facts.host_arch or platform.machine(), "fingerprint": node_fp.to_json(),
                  "gpus_on_node": len(facts.gpus), "error": facts.error, "warnings": list(facts.warnings)},  # fmt: skip
         "options": {"gpus": o.gpus, "expect_gpus": o.expect_gpus, "expect_sku": o.expect_sku, "quick": o.quick,
                     "fail_on": o.fail_on},  # fmt: skip

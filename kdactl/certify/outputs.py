@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kdactl.certify.certificate import parse_stamp
+from kdactl.results import STATUSES
 
 _STATUS_STYLE = {"pass": "green", "fail": "bold red", "error": "red", "warn": "yellow", "skip": "dim"}
 
@@ -90,11 +91,19 @@ def _num(x: float) -> str:
         return "NaN"
     if math.isinf(x):
         return "+Inf" if x > 0 else "-Inf"
-    return repr(float(x)) if not float(x).is_integer() else str(int(x))
+    # 15 significant digits: a unit conversion's last-bit noise (0.122028 ms is 0.00012202799999999999 s) stays out
+    return f"{float(x):.15g}" if not float(x).is_integer() else str(int(x))
+
+
+_PER_SECOND = {"s": 1.0, "ms": 1e3, "us": 1e6}  # perf units -> Prometheus' base unit (a division rounds least)
+_PROBLEMS = ("fail", "warn", "error")  # statuses exported per check; the rest only as counts
 
 
 def prom_text(cert: Mapping[str, Any]) -> str:
-    """node_exporter textfile format: HELP and TYPE once per family, samples of a family together."""
+    """node_exporter textfile format (passes ``promtool check metrics``): HELP and TYPE once per
+    family, samples of a family together, base units. The series are bounded by the node, not by
+    the suite: checks that passed or skipped are counted per status; only checks that failed,
+    warned or errored get a series of their own, and perf one per GPU and gated shape."""
     node = cert.get("node", {}).get("hostname", "")
     uuids = {g["index"]: g.get("uuid", "") for g in cert.get("gpus", [])}
     families: list[tuple[str, str, list[tuple[str, float]]]] = []
@@ -105,6 +114,8 @@ def prom_text(cert: Mapping[str, Any]) -> str:
     expires = parse_stamp(cert.get("expires_at"))
     issued = parse_stamp(cert.get("issued_at"))
     verdict = cert.get("verdict")
+    family("kdactl_info", "The last certification: kdactl version, verdict, scope, GPU SKUs and kernel targets (always 1).",
+           [(_labels(node=node, **_info(cert)), 1.0)])  # fmt: skip
     family("kdactl_certified", "1 when the node's last certificate says certified, else 0.",
            [(_labels(node=node), 1.0 if verdict == "certified" else 0.0)])  # fmt: skip
     family("kdactl_cert_verdict", "The last certificate's verdict (1 for the verdict it has).",
@@ -114,21 +125,38 @@ def prom_text(cert: Mapping[str, Any]) -> str:
     family("kdactl_cert_expiry_timestamp_seconds", "When the last certificate expires (Unix time).",
            [(_labels(node=node), expires.timestamp() if expires else math.nan)])  # fmt: skip
     results = cert.get("results", [])
-    status, duration, perf = [], [], []
+    counts = {s: sum(1 for r in results if r.get("status") == s) for s in STATUSES}
+    family("kdactl_check_results", "How many checks of the last certification ended with each status.",
+           [(_labels(node=node, status=s), float(n)) for s, n in counts.items()])  # fmt: skip
+    problems, perf = [], []
     for r in results:
-        where = dict(node=node, check=r["check"], gpu_uuid=uuids.get(r.get("gpu"), "") if r.get("gpu") is not None else "")
-        status.append((_labels(**where, status=r["status"]), 1.0))
-        duration.append((_labels(**where), float(r.get("duration_s") or 0.0)))
-        if r.get("unit") == "ms" and isinstance(r.get("measured"), (int, float)):
-            perf.append((_labels(node=node, gpu_uuid=where["gpu_uuid"], shape=r.get("shape", r["check"])), float(r["measured"])))
-    family("kdactl_check_status", "1 for each check's status in the last certification (gpu_uuid empty: node-level).", status)
-    family("kdactl_check_duration_seconds", "How long each check took in the last certification.", duration)
-    family("kdactl_perf_measured_ms", "Median time of the auto route per gated shape (cold L2) in the last certification.", perf)
+        gpu_uuid = uuids.get(r.get("gpu"), "") if r.get("gpu") is not None else ""
+        if r.get("status") in _PROBLEMS:
+            problems.append((_labels(node=node, check=r["check"], gpu_uuid=gpu_uuid, status=r["status"]), 1.0))
+        per = _PER_SECOND.get(str(r.get("unit")))
+        if per is not None and isinstance(r.get("measured"), (int, float)):
+            perf.append((_labels(node=node, gpu_uuid=gpu_uuid, shape=r.get("shape", r["check"])), float(r["measured"]) / per))
+    family("kdactl_check_status", "1 for each check of the last certification that failed, warned or errored "
+           "(gpu_uuid empty: node-level).", problems)  # fmt: skip
+    family("kdactl_perf_measured_seconds", "Median time of the auto route per gated shape (cold L2) in the last certification.", perf)
     lines = []
     for name, help_, samples in families:
         lines += [f"# HELP {name} {help_}", f"# TYPE {name} gauge"]
         lines += [f"{name}{labels} {_num(v)}" for labels, v in samples]
     return "\n".join(lines) + "\n"
+
+
+def _info(cert: Mapping[str, Any]) -> dict[str, str]:
+    """kdactl_info's labels: one value each, so several SKUs or targets on a node join with ','."""
+    gpus = [g for g in cert.get("gpus") or [] if isinstance(g, dict)]
+
+    def joined(key: str) -> str:
+        return ",".join(sorted({str(g[key]) for g in gpus if g.get(key)}))
+
+    versions = cert.get("versions") or {}
+    return {"version": str(versions.get("kdactl") or ""), "verdict": str(cert.get("verdict") or ""),
+            "scope": str(cert.get("scope") or ""), "sku": joined("sku"), "target": joined("target"),
+            "driver": str(versions.get("driver") or "")}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
