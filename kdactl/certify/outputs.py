@@ -5,6 +5,7 @@ collector never reads half a file), and the summary table."""
 from __future__ import annotations
 
 import math
+import re
 import xml.etree.ElementTree as ET
 from typing import Any, Iterable, Mapping
 
@@ -27,51 +28,74 @@ def _gpu_label(r: Mapping[str, Any]) -> str:
 
 
 def junit_xml(cert: Mapping[str, Any]) -> str:
-    """<testsuites> with one <testsuite> per GPU (and one for node-level checks); classname
-    ``kdactl.gpuN`` / ``kdactl.node``; fail -> <failure>, error -> <error>, skip -> <skipped>."""
+    """JUnit XML that validates against the Jenkins JUnit schema (tests/data/jenkins-junit.xsd).
+
+    One <testsuite> per GPU and one for node-level checks, named ``<host>.gpuN`` / ``<host>.node``
+    with the host in ``hostname`` and in every classname (``kdactl.<host>.gpuN``), so that files of
+    many nodes merged in one CI report never collide. fail -> <failure>, error -> <error>, skip ->
+    <skipped>reason</skipped>. A warning is a passing testcase (status="warn") whose <system-out> says
+    WARNING, listed again in its suite's <properties> and <system-out>; under ``--fail-on warn`` the
+    certificate counts it as failed, and so does the file (<failure type="warn">)."""
+    host = str(cert.get("node", {}).get("hostname", "") or "unknown-host")
     uuids = {g["index"]: g.get("uuid", "") for g in cert.get("gpus", [])}
+    warn_fails = (cert.get("options") or {}).get("fail_on") == "warn"
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for r in cert.get("results", []):
         groups.setdefault(_gpu_label(r), []).append(r)
-    root = ET.Element("testsuites", name=f"kdactl certify {cert.get('node', {}).get('hostname', '')}".strip())
-    root.set("timestamp", str(cert.get("issued_at", "")))
+    root = ET.Element("testsuites", name=f"kdactl certify {host}")
     for label, results in groups.items():
-        suite = ET.SubElement(root, "testsuite", name=label)
+        suite = ET.SubElement(root, "testsuite", name=f"{host}.{label}", hostname=host, timestamp=str(cert.get("issued_at", "")))
+        props = [("gpu_uuid", uuids.get(int(label[3:]), ""))] if label.startswith("gpu") else []
+        warnings = [f"{r['check']}: {_xml_text(str(r.get('message') or ''))}" for r in results if r["status"] == "warn"]
+        props += [("warnings", str(len(warnings)))] + [("warning", w) for w in warnings]
+        properties = ET.SubElement(suite, "properties")
+        for name, value in props:
+            ET.SubElement(properties, "property", name=name, value=value)
         counts = {"tests": len(results), "failures": 0, "errors": 0, "skipped": 0}
-        total = 0.0
         for r in results:
-            total += float(r.get("duration_s") or 0.0)
-            _testcase(suite, label, r, counts)
+            _testcase(suite, f"kdactl.{host.replace('.', '_')}.{label}", r, counts, warn_fails)
         for k, v in counts.items():
             suite.set(k, str(v))
-        suite.set("time", f"{total:.3f}")
-        if label.startswith("gpu"):
-            ET.SubElement(ET.SubElement(suite, "properties"), "property", name="gpu_uuid", value=uuids.get(int(label[3:]), ""))
-    _totals(root)
+        suite.set("time", _seconds(sum(float(r.get("duration_s") or 0.0) for r in results)))
+        if warnings:
+            ET.SubElement(suite, "system-out").text = "".join(f"WARNING {w}\n" for w in warnings)
+    for k in ("tests", "failures", "errors"):
+        root.set(k, str(sum(int(s.get(k, "0")) for s in root)))
+    root.set("time", _seconds(sum(float(s.get("time", "0")) for s in root)))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def _testcase(suite: ET.Element, label: str, r: Mapping[str, Any], counts: dict[str, int]) -> None:
-    case = ET.SubElement(suite, "testcase", classname=f"kdactl.{label}", name=str(r["check"]),
-                         time=f"{float(r.get('duration_s') or 0.0):.3f}")  # fmt: skip
-    status, message = r["status"], str(r.get("message") or "")
-    if status == "fail":
+def _testcase(suite: ET.Element, classname: str, r: Mapping[str, Any], counts: dict[str, int], warn_fails: bool) -> None:
+    status, message = r["status"], _xml_text(str(r.get("message") or ""))
+    case = ET.SubElement(suite, "testcase", classname=classname, name=_xml_text(str(r["check"])),
+                         time=_seconds(float(r.get("duration_s") or 0.0)), status=status)  # fmt: skip
+    if status == "fail" or (status == "warn" and warn_fails):
         counts["failures"] += 1
-        ET.SubElement(case, "failure", message=message[:500], type="fail").text = message
+        ET.SubElement(case, "failure", message=message[:500], type=status).text = message
     elif status == "error":
         counts["errors"] += 1
         ET.SubElement(case, "error", message=message[:500], type="error").text = message
     elif status == "skip":
         counts["skipped"] += 1
-        ET.SubElement(case, "skipped", message=message[:500])
+        ET.SubElement(case, "skipped").text = message
+    elif status == "warn":
+        ET.SubElement(case, "system-out").text = f"WARNING: {message}"
     elif message:
         ET.SubElement(case, "system-out").text = f"{status}: {message}"
 
 
-def _totals(root: ET.Element) -> None:
-    for k in ("tests", "failures", "errors", "skipped"):
-        root.set(k, str(sum(int(s.get(k, "0")) for s in root)))
+def _seconds(x: float) -> str:
+    return f"{x:.3f}"
+
+
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _xml_text(text: str) -> str:
+    """Text XML 1.0 can carry: a tool's colour codes or a stray NUL in a message would make the
+    whole file unreadable to every JUnit parser."""
+    return _NOT_XML.sub("\ufffd", text)
 
 
 # ---------------------------------------------------------------------------------------------
