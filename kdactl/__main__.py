@@ -1,3 +1,3 @@
-from kdactl.cli import main
+from kdactl.entry import main
 
 main()

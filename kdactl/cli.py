@@ -10,8 +10,7 @@ from typing import Any, Callable, Optional, Sequence
 import typer
 from typer.core import TyperGroup
 
-from kdactl.errors import EXIT_INCONCLUSIVE, KdactlError
-from kdactl.emit import Report, emit, emit_error
+from kdactl.emit import Report, emit_error, run_report
 from kdactl.settings import Settings
 
 try:  # typer >= 0.22 carries its own copy of click
@@ -60,23 +59,9 @@ JsonOpt = typer.Option(False, "--json", help="Print exactly one JSON document on
 
 
 def _run(as_json: bool, action: Callable[[Settings], Report]) -> None:
-    """Run a command body and render its result; map the result, or any error on the way
-    (rendering included), to the SPEC exit code."""
+    """Run a command body and render its result; the SPEC exit code (kdactl.emit.run_report)."""
     command = _command_name(click.globals.get_current_context(silent=True))
-    try:
-        report = action(Settings.from_env())
-        emit(report, as_json)
-        code = report.exit_code
-    except KdactlError as err:
-        code = err.exit_code
-        emit_error(str(err), code, as_json, command)
-    except KeyboardInterrupt:  # Ctrl-C: nothing was judged (certify keeps the old certificate)
-        code = EXIT_INCONCLUSIVE
-        emit_error("interrupted", code, as_json, command)
-    except Exception as err:  # noqa: BLE001 - SPEC: any exception ends as 3 with one line
-        code = EXIT_INCONCLUSIVE
-        emit_error(f"internal error: {type(err).__name__}: {err}", code, as_json, command)
-    raise typer.Exit(code)
+    raise typer.Exit(run_report(action, as_json, command))
 
 
 @app.command()
@@ -282,5 +267,5 @@ def k8s_labels(
     _run(as_json, lambda s: labels_command(s, features_dir, cert, key_file))
 
 
-def main() -> None:
-    app()
+def main(argv: Sequence[str] | None = None) -> None:
+    app(args=None if argv is None else list(argv))

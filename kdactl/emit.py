@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from rich.console import Console
+if TYPE_CHECKING:  # rich is imported when something is printed: kdactl gate's start-up stays small
+    from rich.console import Console
+    from kdactl.settings import Settings
 
 
 class Report(Protocol):
@@ -15,14 +17,18 @@ class Report(Protocol):
 
     def to_json(self) -> dict[str, Any]: ...
 
-    def render(self, console: Console) -> None: ...
+    def render(self, console: "Console") -> None: ...
 
 
-def stdout_console() -> Console:
+def stdout_console() -> "Console":
+    from rich.console import Console
+
     return Console(highlight=False, soft_wrap=True)
 
 
-def stderr_console() -> Console:
+def stderr_console() -> "Console":
+    from rich.console import Console
+
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -44,3 +50,25 @@ def emit_error(message: str, exit_code: int, as_json: bool, command: str | None 
     stderr_console().print(f"kdactl: {line}", markup=False)
     if as_json:
         sys.stdout.write(json.dumps({"command": command, "exit_code": exit_code, "error": line}) + "\n")
+
+
+def run_report(action: Callable[["Settings"], Report], as_json: bool, command: str | None) -> int:
+    """Run a command body and render its result; map the result, or any error on the way
+    (rendering included), to the SPEC exit code, which it returns."""
+    from kdactl.errors import EXIT_INCONCLUSIVE, KdactlError
+    from kdactl.settings import Settings
+
+    try:
+        report = action(Settings.from_env())
+        emit(report, as_json)
+        return report.exit_code
+    except KdactlError as err:
+        code = err.exit_code
+        emit_error(str(err), code, as_json, command)
+    except KeyboardInterrupt:  # Ctrl-C: nothing was judged (certify keeps the old certificate)
+        code = EXIT_INCONCLUSIVE
+        emit_error("interrupted", code, as_json, command)
+    except Exception as err:  # noqa: BLE001 - SPEC: any exception ends as 3 with one line
+        code = EXIT_INCONCLUSIVE
+        emit_error(f"internal error: {type(err).__name__}: {err}", code, as_json, command)
+    return code

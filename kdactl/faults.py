@@ -11,7 +11,9 @@ Values:
                         times, so the perf gate must see it and end inconclusive (never failed);
   slow                  every KDA call launches its kernels twice (same result, twice the time), so
                         the perf gate must fail the node.
-A value kdactl does not know raises ValueError: a typo must never let a run look clean.
+A value kdactl does not know raises ValueError: a typo must never let a run look clean. The commands
+that plant faults (certify, sanitize, bench) check the variable before they touch the node
+(``fault_from_env``): a bad value is a usage error (exit 2), never a run and never a certificate.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import subprocess
 import time
 from dataclasses import dataclass
 from typing import Any, Mapping
+
+from kdactl.errors import UsageError
 
 ENV_VAR = "KDACTL_FAULT"
 KINDS = ("wrong-result", "sanitizer", "hang", "crash", "busy", "slow")
@@ -32,21 +36,36 @@ class Fault:
     route: str | None = None  # for wrong-result
 
 
+def valid_values() -> str:
+    from kdactl.kda.routes import ROUTES  # torch-free: the route table only
+
+    return ", ".join([f"wrong-result:{r}" for r in ROUTES] + list(KINDS[1:]))
+
+
 def parse_fault(value: str | None) -> Fault | None:
-    """KDACTL_FAULT's value -> Fault, or None when unset/empty. ValueError names a bad value."""
+    """KDACTL_FAULT's value -> Fault, or None when unset/empty. ValueError names a bad value and the
+    valid ones."""
     text = (value or "").strip()
     if not text:
         return None
-    kind, _, route = text.partition(":")
-    if kind not in KINDS:
-        raise ValueError(f"{ENV_VAR} must be one of wrong-result:<route>, sanitizer, hang, crash, busy, slow; got {text!r}")
+    kind, colon, route = text.partition(":")
+    if kind not in KINDS or (kind == "wrong-result") != bool(route) or (colon and not route):
+        raise ValueError(f"{ENV_VAR}={text!r} is not a fault kdactl knows; valid values: {valid_values()}")
     if kind == "wrong-result":
-        if not route:
-            raise ValueError(f"{ENV_VAR}=wrong-result needs a route, e.g. wrong-result:direct; got {text!r}")
+        from kdactl.kda.routes import ROUTES
+
+        if route not in ROUTES:
+            raise ValueError(f"{ENV_VAR}={text!r}: no route {route!r}; valid values: {valid_values()}")
         return Fault(kind, route)
-    if route:
-        raise ValueError(f"{ENV_VAR}={kind} takes no argument; got {text!r}")
     return Fault(kind)
+
+
+def fault_from_env(env: Mapping[str, str]) -> Fault | None:
+    """The fault a command will plant, checked up front: a bad value is a UsageError (exit 2)."""
+    try:
+        return parse_fault(env.get(ENV_VAR))
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def active_fault(env: Mapping[str, str] | None = None) -> Fault | None:
@@ -58,10 +77,6 @@ def perturb_output(route: str, o: Any, env: Mapping[str, str] | None = None) -> 
     fault = active_fault(env)
     if fault is None or fault.kind != "wrong-result":
         return o
-    from kdactl.kda import ROUTES
-
-    if fault.route not in ROUTES:
-        raise ValueError(f"{ENV_VAR}=wrong-result:{fault.route}: no such route; routes: {', '.join(ROUTES)}")
     return o + 1.0 if route == fault.route else o
 
 

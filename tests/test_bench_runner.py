@@ -181,3 +181,12 @@ def test_config_reaches_the_harness_and_keys_results_and_baselines(tmp_path):
     # A plain run of the same shapes is judged against its own keys: no entry for it yet.
     assert bench(FakeHarness(), suite="smoke", shapes=(), gate=True, baseline=path).exit_code == 3
     assert bench(FakeHarness(), suite="smoke", shapes=(), config="lower-bound", gate=True, baseline=path).exit_code == 0
+
+
+def test_unknown_fault_is_a_usage_error_before_the_gpu():
+    def no_harness(o):
+        raise AssertionError("the harness must not start")
+
+    with pytest.raises(UsageError, match="KDACTL_FAULT='slowly'"):
+        run_bench(Settings.from_env({"KDACTL_FAULT": "slowly"}), BenchOptions(shapes=ONE), harness_factory=no_harness,
+                  progress=NullProgress())  # fmt: skip

@@ -42,6 +42,12 @@ def test_certified_node_writes_a_verifiable_certificate(tmp_path):
     assert all({"check", "gpu", "status", "duration_s", "message"} <= set(r) for r in doc["results"])
 
 
+def test_node_name_from_the_environment_wins_over_the_hostname(tmp_path):
+    """In a pod the hostname is the pod's name; the DaemonSet names the node with KDACTL_NODE_NAME."""
+    rep = run(tmp_path, env={"KDACTL_NODE_NAME": "gpu-node-17"})
+    assert rep.cert["node"]["hostname"] == "gpu-node-17"
+
+
 def test_one_bad_gpu_fails_the_node(tmp_path):
     runner = cf.FakeRunner({("sanitize", 6): lambda j: [CheckResult("sanitize.racecheck", "fail", "RACECHECK SUMMARY: 2 errors")]})
     rep = run(tmp_path, runner=runner, expect_gpus=8, expect_sku="H200")
@@ -117,6 +123,22 @@ def test_out_junit_prom_and_signature(tmp_path):
 def test_usage_errors(tmp_path, opts, match):
     with pytest.raises(UsageError, match=match):
         run(tmp_path, **opts)
+
+
+@pytest.mark.parametrize("value", ["garbage", "wrong-result:nosuch", "hang:5"])
+def test_unknown_fault_is_a_usage_error_and_writes_nothing(tmp_path, value):
+    runner = cf.FakeRunner()
+    with pytest.raises(UsageError, match=f"KDACTL_FAULT='{value}'.*valid values: wrong-result:direct, .*slow"):
+        run(tmp_path, runner=runner, env={"KDACTL_FAULT": value})
+    assert runner.calls == [] and not (tmp_path / "data" / "cert.json").exists()
+
+
+def test_cli_unknown_fault_exits_2_naming_it(tmp_path):
+    res = CliRunner().invoke(app, ["certify", "--json"], env={**_cli_env(tmp_path), "KDACTL_FAULT": "garbage"})
+    assert res.exit_code == 2, res.output
+    error = json.loads(res.stdout)["error"]
+    assert "'garbage'" in error and "sanitizer, hang, crash, busy, slow" in error
+    assert not (tmp_path / "data" / "cert.json").exists()
 
 
 def test_no_gpu_node_is_inconclusive_with_certificate(tmp_path):

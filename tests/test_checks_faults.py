@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from kdactl.assets import checks_dir, csrc_dir
-from kdactl.faults import Fault, hang_or_crash, parse_fault, perturb_output, wants_sanitizer_fault
+from kdactl.errors import UsageError
+from kdactl.faults import Fault, fault_from_env, hang_or_crash, parse_fault, perturb_output, wants_sanitizer_fault
 from kdactl.jit.devcode import embedded_sms, parse_list_elf
 from kdactl.sanitizer.faultlib import CONTROL_FOR_TOOL, FAULTS, build_faults
 from kdactl.jit.spec import faults_library_spec, kernel_library_spec
@@ -28,10 +29,18 @@ def test_parse_fault(value, expected):
     assert parse_fault(value) == expected
 
 
-@pytest.mark.parametrize("value", ["hnag", "wrong-result", "wrong-result:", "hang:5", "crash:now"])
-def test_bad_fault_value_raises(value):
-    with pytest.raises(ValueError, match="KDACTL_FAULT"):
+@pytest.mark.parametrize("value", ["hnag", "wrong-result", "wrong-result:", "wrong-result:nosuch", "hang:5", "hang:", "crash:now"])
+def test_bad_fault_value_raises_naming_it_and_the_valid_ones(value):
+    with pytest.raises(ValueError, match="KDACTL_FAULT=.*valid values: wrong-result:direct, wrong-result:chunk") as err:
         parse_fault(value)
+    assert repr(value) in str(err.value)
+
+
+def test_fault_from_env_is_a_usage_error():
+    assert fault_from_env({"KDACTL_FAULT": "slow"}) == Fault("slow") and fault_from_env({}) is None
+    with pytest.raises(UsageError, match="'garbage'") as err:
+        fault_from_env({"KDACTL_FAULT": "garbage"})
+    assert err.value.exit_code == 2
 
 
 def test_perturb_only_the_named_route():
@@ -42,7 +51,7 @@ def test_perturb_only_the_named_route():
     assert torch.equal(perturb_output("direct", o, env), torch.ones(3))
     assert perturb_output("chunk", o, env) is o
     assert perturb_output("direct", o, {}) is o
-    with pytest.raises(ValueError, match="no such route"):
+    with pytest.raises(ValueError, match="no route 'nosuch'"):
         perturb_output("direct", o, {"KDACTL_FAULT": "wrong-result:nosuch"})
 
 

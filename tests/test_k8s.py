@@ -1,10 +1,9 @@
-"""kdactl k8s labels (NFD feature file) and the manifests in fleet/k8s."""
+"""kdactl k8s labels (NFD feature file). The chart and manifests: tests/test_helm_chart.py; the node loop:
+tests/test_k8s_loop.py."""
 
 import json
-from pathlib import Path
 
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from kdactl.cli import app
@@ -12,9 +11,6 @@ from kdactl.errors import UsageError
 from kdactl.integrations.k8s import feature_file, labels_command
 from tests import certify_fakes as cf
 from tests import fleet_fakes as ff
-
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def _labels(tmp_path, cert, now=ff.NOW, **env):
     feat = tmp_path / "features.d"
@@ -59,38 +55,3 @@ def test_cli_labels_json(tmp_path, monkeypatch):
     res = CliRunner().invoke(app, ["k8s", "labels", "--features-dir", str(tmp_path / "f"), "--json"])
     assert res.exit_code == 0 and json.loads(res.stdout)["labels"] == {"kdactl.io/certified": "false"}
     assert CliRunner().invoke(app, ["k8s", "labels", "--features-dir", str(tmp_path / "none")]).exit_code == 2
-
-
-# --- manifests --------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def manifests():
-    docs = [d for d in yaml.safe_load_all((ROOT / "fleet" / "k8s" / "kdactl-daemonset.yaml").read_text()) if d]
-    return {d["kind"]: d for d in docs}
-
-
-def test_daemonset_certifies_tainted_gpu_nodes(manifests):
-    ds = manifests["DaemonSet"]
-    spec = ds["spec"]["template"]["spec"]
-    assert ds["spec"]["selector"]["matchLabels"] == ds["spec"]["template"]["metadata"]["labels"]
-    assert {"key": "kdactl.io/uncertified", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
-    c = spec["containers"][0]
-    script = "\n".join(c["args"])
-    env = {e["name"]: e.get("value") for e in c["env"]}
-    assert "kdactl certify" in script and 'kdactl k8s labels --features-dir "$FEATURES_DIR"' in script
-    assert 'kubectl taint nodes "$NODE_NAME" "$TAINT:NoSchedule-"' in script and env["TAINT"] == "kdactl.io/uncertified"
-    assert script.index("kdactl certify") < script.index('if [ "$rc" -eq 0 ]') < script.index("kubectl taint")
-    assert c["readinessProbe"]["exec"]["command"] == ["kdactl", "gate"]
-    mounts = {m["mountPath"] for m in c["volumeMounts"]}
-    assert {env["KDACTL_DATA_DIR"], env["FEATURES_DIR"]} <= mounts
-    assert {v["name"] for v in spec["volumes"]} == {m["name"] for m in c["volumeMounts"]}
-
-
-def test_rbac_lets_the_pod_patch_its_node(manifests):
-    sa, role, binding = manifests["ServiceAccount"], manifests["ClusterRole"], manifests["ClusterRoleBinding"]
-    assert any("nodes" in r["resources"] and "patch" in r["verbs"] for r in role["rules"])
-    assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    assert binding["subjects"][0] == {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": sa["metadata"]["namespace"]}
-    assert manifests["DaemonSet"]["spec"]["template"]["spec"]["serviceAccountName"] == sa["metadata"]["name"]
-    assert manifests["DaemonSet"]["metadata"]["namespace"] == sa["metadata"]["namespace"] == manifests["Namespace"]["metadata"]["name"]

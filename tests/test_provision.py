@@ -8,12 +8,14 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parents[1] / "fleet" / "provision" / "certify-node.sh"
 
-# Fake kdactl: `gate` exits $GATE_RC; `certify` exits the next code from certify-codes (the last repeats).
+# Fake kdactl: `gate` exits $GATE_RC; `certify` exits the next code from certify-codes (the last repeats)
+# and writes "cert <code>" to its --out file.
 FAKE = """#!/bin/sh
 echo "$*" >> "$CALLS"
 if [ "$1" = gate ]; then exit "${GATE_RC:-1}"; fi
 codes=$(cat "$CODES"); first=${codes%% *}; rest=${codes#* }
 [ "$rest" = "$codes" ] || echo "$rest" > "$CODES"
+prev=""; for a in "$@"; do [ "$prev" = "--out" ] && echo "cert $first" > "$a"; prev=$a; done
 echo "fake certify output"
 exit "$first"
 """
@@ -67,7 +69,40 @@ def test_idempotent_when_gate_already_passes(node):
     rc, calls = node("1", gate_rc=0)
     assert rc == 0 and calls == ["gate"]
     rc, calls = node("0", 0, "--force", "--expect-gpus", "8")
-    assert rc == 0 and _certifies(calls) == [f"certify --junit {node.tmp}/log/certify-junit.xml --expect-gpus 8"]
+    out = f"{node.tmp}/data/cert-next.json"
+    assert rc == 0 and _certifies(calls) == [f"certify --out {out} --junit {node.tmp}/log/certify-junit.xml --expect-gpus 8"]
+    assert (node.tmp / "data" / "cert.json").read_text() == "cert 0\n" and not Path(out).exists()
+
+
+def test_renews_a_valid_certificate_only_once_it_is_old_enough(node):
+    rc, calls = node("0", 0, "--renew-after", "3600")  # no certificate file yet: age 0
+    assert rc == 0 and calls == ["gate"]
+    cert = node.tmp / "data" / "cert.json"
+    cert.write_text("old\n")
+    os.utime(cert, (0, 1_000_000))  # years old
+    rc, calls = node("0", 0, "--renew-after", "3600")
+    assert rc == 0 and len(_certifies(calls)) == 1 and cert.read_text() == "cert 0\n"
+    rc, calls = node("0", 0, "--renew-after", "3600")  # just renewed
+    assert rc == 0 and calls == ["gate"]
+
+
+def test_inconclusive_renewal_keeps_a_certificate_that_still_passes(node):
+    cert = node.tmp / "data" / "cert.json"
+    cert.parent.mkdir()
+    cert.write_text("old\n")
+    rc, calls = node("3", 0, "--renew-after", "0")
+    assert rc == 3 and len(_certifies(calls)) == 3 and cert.read_text() == "old\n"
+    assert not (node.tmp / "data" / "cert-next.json").exists()
+    rc, calls = node("3", 1)  # nothing valid to keep: the inconclusive certificate says so
+    assert rc == 3 and cert.read_text() == "cert 3\n"
+    rc, calls = node("1", 0, "--renew-after", "0")  # evidence against the node replaces a valid certificate
+    assert rc == 1 and cert.read_text() == "cert 1\n"
+
+
+@pytest.mark.parametrize("bad", ["", "5d", "-1"])
+def test_renew_after_needs_seconds(node, bad):
+    rc, calls = node("0", 1, "--renew-after", bad)
+    assert rc == 2 and calls == []
 
 
 def test_logs_to_file_and_syslog(node):

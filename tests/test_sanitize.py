@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 import kdactl.sanitizer.run as sanitize_mod
 from kdactl.cli import app
-from kdactl.errors import NoGpu, ToolMissing
+from kdactl.errors import NoGpu, ToolMissing, UsageError
 from kdactl.proc import ProcResult
 from kdactl.sanitizer.run import (
     ERROR_EXITCODE, Prepared, SanitizeReport, ToolRun, parse_tools, run_sanitizers, sanitize_command,
@@ -193,3 +193,8 @@ def test_sanitize_command_report_on_a_machine_without_the_tool(monkeypatch):
     report = sanitize_command(Settings.from_env({"PATH": "/nonexistent", "KDACTL_NVCC": "/nonexistent/nvcc"}),
                               tools="memcheck")  # fmt: skip
     assert report.exit_code == 3 and "not run" in report.runs[0].message  # no sanitizer here, or no GPU
+
+
+def test_unknown_fault_is_a_usage_error_before_any_run():
+    with pytest.raises(UsageError, match="KDACTL_FAULT='sanitiser'"):
+        sanitize_command(Settings.from_env({"KDACTL_FAULT": "sanitiser"}), tools="memcheck")

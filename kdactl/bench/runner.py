@@ -25,6 +25,7 @@ from kdactl.bench.stats import summarize
 from kdactl.bench.suites import HOST_SHAPES, Shape, resolve_shapes
 from kdactl.bench.timing import TIMERS
 from kdactl.errors import Inconclusive, UsageError
+from kdactl.faults import fault_from_env
 from kdactl.kda.routes import ROUTES
 from kdactl.settings import Settings
 
@@ -123,6 +124,7 @@ def run_bench(settings: Settings, options: BenchOptions, harness_factory: Callab
               progress: Progress | None = None) -> BenchReport:  # fmt: skip
     """The bench command: the report carries the exit code."""
     req = check_options(options)
+    fault_from_env(settings.env)
     prog = progress or make_progress(options.as_json)
     runs: list[ShapeRun] = []
     harness = None

@@ -30,11 +30,15 @@ from kdactl.certify.orchestrate import (GpuJob, Progress, StageRunner, StderrPro
 from kdactl.certify.outputs import junit_xml, prom_text, render_summary
 from kdactl.certify.stages import Plan, default_plan
 from kdactl.errors import UsageError
+from kdactl.faults import fault_from_env
 from kdactl.hw.driver import version_str
 from kdactl.results import VERDICT_EXIT, CheckResult, verdict
 from kdactl.settings import Settings
 
 LOG_PREFIX = "certify-logs-"
+# The node's name where the hostname is not it (a pod's hostname is the pod's name): the DaemonSet sets
+# it to the Kubernetes node name, which is what dcgm-exporter's Hostname label and kubectl name the node.
+NODE_NAME_VAR = "KDACTL_NODE_NAME"
 KEEP_LOG_DIRS = 5  # newest worker-log folders kept beside the certificate; older ones are removed
 
 
@@ -92,6 +96,7 @@ def check_options(o: CertifyOptions, settings: Settings) -> tuple[tuple[int, ...
         raise UsageError(f"--fail-on takes 'warn', got {o.fail_on!r}")
     if o.expect_sku is not None:
         _check_sku(o.expect_sku)
+    fault_from_env(settings.env)
     cert_mod.lifetime(o.lifetime_days)
     out_path = Path(o.out) if o.out else settings.data_dir / ("cert-quick.json" if o.quick else "cert.json")
     _check_outputs({"--out": out_path, "--junit": o.junit, "--prom": o.prom})
@@ -177,7 +182,7 @@ def build_document(settings: Settings, facts: Any, gpus: tuple[Any, ...], result
         "scope": "quick" if o.quick else "full",
         "issued_at": cert_mod.stamp(issued),
         "expires_at": cert_mod.stamp(issued + cert_mod.lifetime(o.lifetime_days)),
-        "node": {"hostname": d.hostname(), "host_arch": facts.host_arch or platform.machine(), "fingerprint": node_fp.to_json(),
+        "node": {"hostname": settings.env.get(NODE_NAME_VAR) or d.hostname(), "host_arch": facts.host_arch or platform.machine(), "fingerprint": node_fp.to_json(),
                  "gpus_on_node": len(facts.gpus), "error": facts.error, "warnings": list(facts.warnings)},  # fmt: skip
         "options": {"gpus": o.gpus, "expect_gpus": o.expect_gpus, "expect_sku": o.expect_sku, "quick": o.quick,
                     "fail_on": o.fail_on},  # fmt: skip

@@ -261,8 +261,10 @@ def sanitize_command(settings: Settings, *, tools: str | None = None, gpu: int =
                      timeout_s: float = DEFAULT_TIMEOUT_S, **kwargs: Any) -> SanitizeReport:  # fmt: skip
     """``kdactl sanitize``: the runs as a Report (exit 0 all pass, 1 any fail, 3 any error)."""
     from kdactl.errors import UsageError
+    from kdactl.faults import fault_from_env
 
     chosen = parse_tools(tools)
+    fault_from_env(settings.env)
     if gpu < 0:
         raise UsageError(f"--gpu must be a GPU index >= 0, got {gpu}")
     if timeout_s <= 0:

@@ -1,0 +1,74 @@
+"""kdactl gate's start-up: the console script answers a plain ``kdactl gate`` without typer, pydantic
+or torch (what it imports is what it costs; scripts/bench_gate.py measures the time), and answers it
+as the typer command does."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kdactl.certify import certificate as cm
+from kdactl.certify.command import CertifyOptions, certify_command
+from kdactl.cli import app
+from kdactl.entry import gate_args
+from tests import certify_fakes as cf
+
+HEAVY = ("torch", "typer", "pydantic", "click")
+
+
+@pytest.fixture
+def fresh_env(tmp_path):
+    """A certified 8-GPU certificate issued now; no GPU here, so gate cannot read the node (3)."""
+    s = cf.settings(tmp_path)
+    certify_command(s, CertifyOptions(), cf.deps(cf.node(8), now=cm.now_utc))
+    return {"HOME": str(tmp_path), "KDACTL_DATA_DIR": str(s.data_dir), "KDACTL_CACHE_DIR": str(s.cache_dir),
+            "KDACTL_CERT_KEY": "", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(cf.ROOT)}  # fmt: skip
+
+
+def run_console_script(env, *args):
+    """The console script's own entry (kdactl.entry:main) in a fresh process; prints, after gate's
+    output, which heavy modules were imported."""
+    code = ("import json, sys\nfrom kdactl.entry import main\n"
+            f"try:\n    main({list(args)!r})\nexcept SystemExit as e:\n    code = e.code\n"
+            f"sys.stdout.write('\\nMODULES ' + json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))) + f' EXIT {{code}}\\n')\n")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, cwd=cf.ROOT)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    out, _, tail = proc.stdout.rpartition("\nMODULES ")
+    modules, _, code = tail.strip().partition(" EXIT ")
+    return out, json.loads(modules), int(code)
+
+
+def test_gate_imports_neither_torch_nor_typer(fresh_env):
+    out, modules, code = run_console_script(fresh_env, "gate", "--json")
+    assert modules == [], f"kdactl gate imported {modules}"
+    assert code == 3 and json.loads(out)["result"] == "unknown"  # no NVML here: cannot tell
+
+
+def test_the_fast_gate_answers_as_the_typer_command(fresh_env):
+    out, _, code = run_console_script(fresh_env, "gate", "--json", "--cert", str(Path(fresh_env["KDACTL_DATA_DIR"]) / "cert.json"))
+    typer = CliRunner().invoke(app, ["gate", "--json", "--cert", str(Path(fresh_env["KDACTL_DATA_DIR"]) / "cert.json")], env=fresh_env)
+    assert (code, json.loads(out)) == (typer.exit_code, json.loads(typer.stdout))
+    lines, _, code = run_console_script({**fresh_env, "KDACTL_DATA_DIR": "/nonexistent"}, "gate")
+    assert code == 1 and lines.startswith("FAIL: no certificate at /nonexistent/cert.json")
+
+
+def test_help_and_typos_go_to_typer(fresh_env):
+    out, modules, code = run_console_script(fresh_env, "gate", "--help")
+    assert code == 0 and "--key-file" in out and "typer" in modules
+    out, modules, code = run_console_script(fresh_env, "gate", "--cret", "x")
+    assert code == 2 and "typer" in modules
+
+
+@pytest.mark.parametrize("argv,want", [
+    (["gate"], {"as_json": False}),
+    (["gate", "--json", "--cert", "c.json"], {"as_json": True, "cert": Path("c.json")}),
+    (["gate", "--key-file=k", "--cert=c"], {"as_json": False, "cert": Path("c"), "key_file": Path("k")}),
+    (["gate", "--help"], None), (["gate", "--cert"], None), (["gate", "--cert", "--json"], None),
+    (["gate", "--cert", ""], None), (["gate", "--json", "--json"], None), (["gate", "--cert", "a", "--cert", "b"], None),
+    (["gate", "extra"], None), (["verify", "c.json"], None), ([], None),
+])  # fmt: skip
+def test_gate_args(argv, want):
+    assert gate_args(argv) == want
