@@ -213,12 +213,13 @@ def fleet_ingest(
     paths: list[Path] = typer.Argument(..., help="Certificate files, or directories of *.json certificates."),
     db: Optional[str] = DbOpt,
     key_file: Optional[Path] = typer.Option(None, "--key-file", help="HMAC key file (default: KDACTL_CERT_KEY); a signature is then required."),
+    trusted_keys: Optional[Path] = TrustedKeysOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Verify each certificate and store it (once per digest, one transaction each); exit 1 if any was rejected."""
     from kdactl.fleet.ingest import ingest_command
 
-    _run(as_json, lambda s: ingest_command(s, paths, db, key_file))
+    _run(as_json, lambda s: ingest_command(s, paths, db, key_file, trusted_keys=trusted_keys))
 
 
 @fleet_app.command("report")
@@ -276,12 +277,13 @@ def k8s_labels(
     features_dir: Path = typer.Option(..., "--features-dir", help="NFD features.d directory to write the 'kdactl' feature file into."),
     cert: Optional[Path] = typer.Option(None, "--cert", help="Certificate (default <data dir>/cert.json)."),
     key_file: Optional[Path] = typer.Option(None, "--key-file", help="HMAC key file (default: KDACTL_CERT_KEY)."),
+    trusted_keys: Optional[Path] = TrustedKeysOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Write kdactl.io/certified, kernel-target and cert-expiry labels for Node Feature Discovery."""
     from kdactl.integrations.k8s import labels_command
 
-    _run(as_json, lambda s: labels_command(s, features_dir, cert, key_file))
+    _run(as_json, lambda s: labels_command(s, features_dir, cert, key_file, trusted_keys=trusted_keys))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

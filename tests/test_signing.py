@@ -262,3 +262,28 @@ def test_the_spec_by_hand_steps_verify_a_certificate(tmp_path, keys):
     assert good.returncode == 0 and good.stdout.splitlines() == ["digest OK", "Signature Verified Successfully"], good.stderr
     forged = run(sealed(tmp_path, keys, host="node-a", signed_by="node-b", name="forged.json"))
     assert forged.returncode != 0 and "digest OK" in forged.stdout and "Signature Verified Successfully" not in forged.stdout
+
+
+def test_fleet_ingest_stores_only_certificates_signed_by_their_own_host(tmp_path, keys):
+    from tests import fleet_fakes as ff
+    from kdactl.fleet.ingest import ingest_command
+
+    own = tmp_path / "own.json"
+    cm.write_certificate(own, cm.seal(json.loads(ff.make_cert(tmp_path, "node-a").read_text()), None, signer(keys, "node-a")))
+    forged = tmp_path / "forged.json"  # node-a's key vouching for node-b
+    cm.write_certificate(forged, cm.seal(json.loads(ff.make_cert(tmp_path, "node-b").read_text()), None, signer(keys, "node-a")))
+    rep = ingest_command(cf.settings(tmp_path), [own, forged], db=tmp_path / "f.db", now=lambda: ff.NOW, trusted_keys=keys[1])
+    assert rep.added == [str(own)] and rep.exit_code == 1
+    assert rep.rejected == [(str(forged), f"signed by node-a's key {signer(keys, 'node-a').key_id}, not by a key of node-b: "
+                                          "a node's key signs only its own certificate")]  # fmt: skip
+
+
+def test_k8s_labels_need_the_hosts_own_signature(tmp_path, keys):
+    from tests import fleet_fakes as ff
+    from kdactl.integrations.k8s import labels_command
+
+    cert = tmp_path / "cert.json"
+    cm.write_certificate(cert, cm.seal(json.loads(ff.make_cert(tmp_path, "node-a").read_text()), None, signer(keys, "node-b")))
+    (tmp_path / "features.d").mkdir()
+    rep = labels_command(cf.settings(tmp_path, **{signing.TRUSTED_ENV: str(keys[1])}), tmp_path / "features.d", cert, now=lambda: ff.NOW)
+    assert rep.labels["kdactl.io/certified"] == "false" and "not by a key of node-a" in rep.reasons[0]

@@ -99,15 +99,30 @@ def parse_trusted_keys(text: str, source: str) -> TrustedKeys:
 
 def read_trusted_keys(env: Mapping[str, str], path: Path | None) -> TrustedKeys | None:
     """--trusted-keys wins over KDACTL_TRUSTED_KEYS; None when neither is set."""
-    option = "--trusted-keys" if path is not None else TRUSTED_ENV
-    path = path if path is not None else (Path(env[TRUSTED_ENV]) if env.get(TRUSTED_ENV) else None)
-    if path is None:
+    found = _configured_file(env, path, "--trusted-keys", TRUSTED_ENV)
+    if found is None:
         return None
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise UsageError(f"{option} {path}: cannot read: {getattr(err, 'strerror', None) or err}") from None
-    return parse_trusted_keys(text, f"{option} {path}")
+        text = _read(*found).decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise UsageError(f"{found[1]}: not UTF-8 text ({err})") from None
+    return parse_trusted_keys(text, found[1])
+
+
+def _configured_file(env: Mapping[str, str], path: Path | None, option: str, variable: str) -> tuple[Path, str] | None:
+    """(the file, how to name it in a message): the option wins over the environment variable."""
+    if path is not None:
+        return Path(path), f"{option} {path}"
+    if env.get(variable):
+        return Path(env[variable]), f"{variable} {env[variable]}"
+    return None
+
+
+def _read(path: Path, named: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        raise UsageError(f"{named}: cannot read: {err.strerror or err}") from None
 
 
 def node_signature_problems(data: bytes, sig: Mapping[str, Any] | None, hostname: str, trusted: TrustedKeys | None,
@@ -131,11 +146,11 @@ def node_signature_problems(data: bytes, sig: Mapping[str, Any] | None, hostname
         listed = ", ".join(sorted(keys)) or "none"
         return [f"signed with key {kid}, which {trusted.source} does not trust for {hostname} (its keys: {listed})"]
     public = _ed25519().Ed25519PublicKey.from_public_bytes(keys[kid])
+    from cryptography.exceptions import InvalidSignature
+
     try:
         public.verify(base64.b64decode(sig["value"]), data)
-    except Exception as err:  # cryptography's InvalidSignature; imported lazily, so caught by its base
-        if type(err).__name__ != "InvalidSignature":
-            raise
+    except InvalidSignature:
         return [f"node signature mismatch (key {kid} of {hostname}): the certificate was changed after it was signed"]
     return []
 
@@ -179,15 +194,8 @@ def load_signer(pem: bytes, source: str) -> NodeSigner:
 
 def read_signer(env: Mapping[str, str], path: Path | None) -> NodeSigner | None:
     """--signing-key wins over KDACTL_SIGNING_KEY; None when neither is set."""
-    option = "--signing-key" if path is not None else SIGNING_ENV
-    path = path if path is not None else (Path(env[SIGNING_ENV]) if env.get(SIGNING_ENV) else None)
-    if path is None:
-        return None
-    try:
-        pem = Path(path).read_bytes()
-    except OSError as err:
-        raise UsageError(f"{option} {path}: cannot read: {err.strerror or err}") from None
-    return load_signer(pem, f"{option} {path}")
+    found = _configured_file(env, path, "--signing-key", SIGNING_ENV)
+    return None if found is None else load_signer(_read(*found), found[1])
 
 
 def new_private_key() -> tuple[bytes, bytes]:
