@@ -56,6 +56,7 @@ app = typer.Typer(
 )
 
 JsonOpt = typer.Option(False, "--json", help="Print exactly one JSON document on stdout.")
+TrustedKeysOpt = typer.Option(None, "--trusted-keys", help="Trusted node public keys, lines 'HOSTNAME BASE64-KEY' (default: KDACTL_TRUSTED_KEYS); a node signature by a key of the certificate's own host is then required.")
 
 
 def _run(as_json: bool, action: Callable[[Settings], Report]) -> None:
@@ -130,13 +131,15 @@ def certify(
     lifetime: float = typer.Option(7.0, "--lifetime", help="Days until the certificate expires."),
     fail_on: Optional[str] = typer.Option(None, "--fail-on", help="'warn': a warning fails the node."),
     key_file: Optional[Path] = typer.Option(None, "--key-file", help="HMAC key file to sign with (default: KDACTL_CERT_KEY)."),
+    signing_key: Optional[Path] = typer.Option(None, "--signing-key", help="This node's Ed25519 private key (PEM) to sign with (default: KDACTL_SIGNING_KEY; needs the signing extra)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Certify this node: detect, build/load, validation suite, sanitizers, perf gate; write the certificate."""
     from kdactl.certify.command import CertifyOptions, certify_command
 
     opts = CertifyOptions(gpus=gpus, expect_gpus=expect_gpus, expect_sku=expect_sku, quick=quick, out=out, junit=junit,
-                          prom=prom, lifetime_days=lifetime, fail_on=fail_on, key_file=key_file, as_json=as_json)  # fmt: skip
+                          prom=prom, lifetime_days=lifetime, fail_on=fail_on, key_file=key_file,
+                          signing_key=signing_key, as_json=as_json)  # fmt: skip
     _run(as_json, lambda s: certify_command(s, opts))
 
 
@@ -144,24 +147,38 @@ def certify(
 def verify(
     cert: Path = typer.Argument(..., help="The certificate (JSON) to check."),
     key_file: Optional[Path] = typer.Option(None, "--key-file", help="HMAC key file (default: KDACTL_CERT_KEY); a signature is then required."),
+    trusted_keys: Optional[Path] = TrustedKeysOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Check a certificate's digest, signature and expiry: 0 valid, 1 changed/expired/badly signed, 2 unreadable."""
+    """Check a certificate's digest, signatures and expiry: 0 valid, 1 changed/expired/badly signed, 2 unreadable."""
     from kdactl.certify.verify import verify_command
 
-    _run(as_json, lambda s: verify_command(s, cert, key_file))
+    _run(as_json, lambda s: verify_command(s, cert, key_file, trusted_keys))
 
 
 @app.command()
 def gate(
     cert: Optional[Path] = typer.Option(None, "--cert", help="Certificate (default <data dir>/cert.json)."),
     key_file: Optional[Path] = typer.Option(None, "--key-file", help="HMAC key file (default: KDACTL_CERT_KEY)."),
+    trusted_keys: Optional[Path] = TrustedKeysOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Fast pass/fail for Slurm and Kubernetes: the cached certificate and the node's fingerprint now."""
     from kdactl.certify.gate import gate_command
 
-    _run(as_json, lambda s: gate_command(s, cert, key_file))
+    _run(as_json, lambda s: gate_command(s, cert, key_file, trusted_keys))
+
+
+@app.command()
+def keygen(
+    out: Path = typer.Option(..., "--out", help="Where to write this node's new Ed25519 private key (PEM, mode 0600; never over an existing file)."),
+    hostname: Optional[str] = typer.Option(None, "--hostname", help="The host the key is for (default: this host's name, as certify records it)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Make this node's signing key; print its line for the verifiers' trusted-keys file (needs the signing extra: cryptography)."""
+    from kdactl.certify.keygen import keygen_command
+
+    _run(as_json, lambda s: keygen_command(s, out, hostname))
 
 
 @app.command()
@@ -196,12 +213,13 @@ def fleet_ingest(
     paths: list[Path] = typer.Argument(..., help="Certificate files, or directories of *.json certificates."),
     db: Optional[str] = DbOpt,
     key_file: Optional[Path] = typer.Option(None, "--key-file", help="HMAC key file (default: KDACTL_CERT_KEY); a signature is then required."),
+    trusted_keys: Optional[Path] = TrustedKeysOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Verify each certificate and store it (once per digest, one transaction each); exit 1 if any was rejected."""
     from kdactl.fleet.ingest import ingest_command
 
-    _run(as_json, lambda s: ingest_command(s, paths, db, key_file))
+    _run(as_json, lambda s: ingest_command(s, paths, db, key_file, trusted_keys=trusted_keys))
 
 
 @fleet_app.command("report")
@@ -259,12 +277,13 @@ def k8s_labels(
     features_dir: Path = typer.Option(..., "--features-dir", help="NFD features.d directory to write the 'kdactl' feature file into."),
     cert: Optional[Path] = typer.Option(None, "--cert", help="Certificate (default <data dir>/cert.json)."),
     key_file: Optional[Path] = typer.Option(None, "--key-file", help="HMAC key file (default: KDACTL_CERT_KEY)."),
+    trusted_keys: Optional[Path] = TrustedKeysOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Write kdactl.io/certified, kernel-target and cert-expiry labels for Node Feature Discovery."""
     from kdactl.integrations.k8s import labels_command
 
-    _run(as_json, lambda s: labels_command(s, features_dir, cert, key_file))
+    _run(as_json, lambda s: labels_command(s, features_dir, cert, key_file, trusted_keys=trusted_keys))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

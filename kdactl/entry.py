@@ -1,7 +1,7 @@
 """The ``kdactl`` console script. ``kdactl gate`` runs every few minutes on every node (Slurm
 HealthCheckProgram, Prolog, a readiness probe), and parsing through typer costs more than the
 gate itself (typer builds pydantic adapters for every option: two thirds of gate's time on a CPU).
-So a plain ``kdactl gate [--json] [--cert F] [--key-file F]`` is parsed here and runs the same
+So a plain ``kdactl gate [--json] [--cert F] [--key-file F] [--trusted-keys F]`` is parsed here and runs the same
 command body; anything else (``--help``, a typo, every other command) goes to the typer app, which
 answers it as it always did."""
 
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-_GATE_PATHS = {"--cert": "cert", "--key-file": "key_file"}
+_GATE_PATHS = {"--cert": "cert", "--key-file": "key_file", "--trusted-keys": "trusted_keys"}
 
 
 def gate_args(argv: Sequence[str]) -> dict | None:
@@ -49,4 +49,4 @@ def main(argv: Sequence[str] | None = None) -> None:
     from kdactl.emit import run_report
 
     as_json = args.pop("as_json")
-    sys.exit(run_report(lambda s: gate_command(s, args.get("cert"), args.get("key_file")), as_json, "gate"))
+    sys.exit(run_report(lambda s: gate_command(s, args.get("cert"), args.get("key_file"), args.get("trusted_keys")), as_json, "gate"))

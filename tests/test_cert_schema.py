@@ -88,7 +88,7 @@ def test_the_schema_names_kdactls_own_constants():
     assert props["schema"]["const"] == cm.SCHEMA
     assert tuple(props["verdict"]["enum"]) == cm.VERDICTS
     assert tuple(sc.certificate_schema()["$defs"]["result"]["properties"]["status"]["enum"]) == STATUSES
-    assert props["integrity"]["properties"]["canonical"]["const"] == cm.CANONICAL
+    assert props["integrity"]["properties"]["canonical"]["enum"] == [cm.CANONICAL, cm.LEGACY_CANONICAL]
 
 
 def _changed(doc, path, value):
@@ -128,6 +128,12 @@ WRONG_SHAPES = [
     (("integrity", "signature"), {"algorithm": "hmac-sha256", "key_id": "x", "value": "ab" * 32},
      "integrity.signature.key_id 'x' does not match ^[0-9a-f]{16}$"),
     (("integrity", "extra"), 1, "integrity.extra is not a field of integrity"),
+    (("integrity", "canonical"), "json", "integrity.canonical 'json' is not one of 'rfc8785', 'json-sorted-keys-no-whitespace-utf8'"),
+    (("integrity", "node_signature"), {"algorithm": "ed448", "key_id": "ab" * 8, "value": "A" * 86 + "=="},
+     "integrity.node_signature.algorithm is 'ed448', expected 'ed25519'"),
+    (("integrity", "node_signature"), {"algorithm": "ed25519", "key_id": "ab" * 8, "value": "ab" * 64},
+     "integrity.node_signature.value 'abababababababababababababababababababababababababababab... does not match ^[A-Za-z0-9+/]{86}==$"),
+    (("integrity", "node_signature"), None, "integrity.node_signature is null, expected an object"),
     (("surprise",), 1, "surprise is not a field of a certificate"),
     (("node", "hostname"), _DELETE, "node lacks hostname"),
 ]  # fmt: skip

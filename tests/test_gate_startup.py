@@ -15,8 +15,9 @@ from kdactl.certify.command import CertifyOptions, certify_command
 from kdactl.cli import app
 from kdactl.entry import gate_args
 from tests import certify_fakes as cf
+from tests.tools import require_module
 
-HEAVY = ("torch", "typer", "pydantic", "click")
+HEAVY = ("torch", "typer", "pydantic", "click", "cryptography")
 
 
 @pytest.fixture
@@ -66,9 +67,39 @@ def test_help_and_typos_go_to_typer(fresh_env):
     (["gate"], {"as_json": False}),
     (["gate", "--json", "--cert", "c.json"], {"as_json": True, "cert": Path("c.json")}),
     (["gate", "--key-file=k", "--cert=c"], {"as_json": False, "cert": Path("c"), "key_file": Path("k")}),
+    (["gate", "--trusted-keys", "t", "--json"], {"as_json": True, "trusted_keys": Path("t")}),
+    (["gate", "--trusted-keys"], None), (["gate", "--trusted-keys=t", "--trusted-keys=u"], None),
     (["gate", "--help"], None), (["gate", "--cert"], None), (["gate", "--cert", "--json"], None),
     (["gate", "--cert", ""], None), (["gate", "--json", "--json"], None), (["gate", "--cert", "a", "--cert", "b"], None),
     (["gate", "extra"], None), (["verify", "c.json"], None), ([], None),
 ])  # fmt: skip
 def test_gate_args(argv, want):
     assert gate_args(argv) == want
+
+
+@pytest.fixture
+def signed_env(tmp_path, fresh_env):
+    """fresh_env's node (node-a) certified again with its own Ed25519 key; ``trusted`` lists that key
+    for node-a, ``swapped`` lists it for node-b only."""
+    require_module("cryptography", "pip install 'kdactl[signing]' (the test extra has it)")
+    from kdactl.certify.keygen import keygen_command
+
+    s = cf.settings(tmp_path)
+    line = keygen_command(s, tmp_path / "node.pem", "node-a").trusted_line
+    certify_command(cf.settings(tmp_path, KDACTL_SIGNING_KEY=str(tmp_path / "node.pem")), CertifyOptions(), cf.deps(cf.node(8), now=cm.now_utc))
+    (tmp_path / "trusted").write_text(line + "\n")
+    (tmp_path / "swapped").write_text(line.replace("node-a", "node-b") + "\n")
+    return fresh_env, tmp_path
+
+
+def test_gate_checks_a_node_signature_and_loads_cryptography_only_then(signed_env):
+    env, tmp = signed_env
+    out, modules, code = run_console_script(env, "gate", "--json")
+    assert "cryptography" not in modules and code == 3  # signature noted, not checked; no NVML here
+    out, modules, code = run_console_script(env, "gate", "--json", "--trusted-keys", str(tmp / "trusted"))
+    assert "cryptography" in modules and code == 3 and json.loads(out)["reasons"][0].startswith("cannot read the node now")
+    args = ["gate", "--json", "--trusted-keys", str(tmp / "swapped")]
+    out, modules, code = run_console_script(env, *args)
+    typer = CliRunner().invoke(app, args, env=env)
+    assert (code, json.loads(out)) == (typer.exit_code, json.loads(typer.stdout))
+    assert code == 1 and "not by a key of node-a" in json.loads(out)["reasons"][0] and modules == []

@@ -1,7 +1,11 @@
 """kdactl verify: digest, HMAC signature, expiry and schema; one changed byte is always caught."""
 
+import hashlib
+import hmac
 import json
+import shutil
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -104,6 +108,53 @@ def test_hmac_signature(tmp_path):
     assert wrong.exit_code == 1 and "signed with key" in wrong.failures[0]
     with pytest.raises(cm.KeyRequired, match="KDACTL_CERT_KEY"):
         verify(path)  # a signature nobody checks could have been changed: exit 2, configure the key
+
+
+# --- certificates sealed before RFC 8785 -------------------------------------------------------
+
+
+def legacy_seal(d, key=None):
+    """The seal before RFC 8785, written out here as that rule said (not through kdactl's code)."""
+    body = {k: v for k, v in d.items() if k != "integrity"}
+    data = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    sig = None if key is None else {"algorithm": "hmac-sha256", "key_id": hashlib.sha256(key).hexdigest()[:16],
+                                    "value": hmac.new(key, data, hashlib.sha256).hexdigest()}  # fmt: skip
+    integrity = {"algorithm": "sha256", "canonical": "json-sorted-keys-no-whitespace-utf8",
+                 "sha256": hashlib.sha256(data).hexdigest(), "signature": sig}  # fmt: skip
+    return {**body, "integrity": integrity}
+
+
+RECORDED = sorted((cf.ROOT / "tests" / "data" / "certs").glob("*.json"))
+
+
+@pytest.mark.parametrize("source", RECORDED, ids=[p.stem for p in RECORDED])
+def test_recorded_legacy_certificates_still_verify(tmp_path, source):
+    """Certificates of nodes certified before the upgrade: the new rule alone would refuse them."""
+    path = Path(shutil.copy(source, tmp_path / source.name))
+    d = json.loads(path.read_text())
+    assert d["integrity"]["canonical"] == cm.LEGACY_CANONICAL and cm.digest(d) != d["integrity"]["sha256"]
+    rep = verify(path, now=cm.parse_stamp(d["issued_at"]) + timedelta(hours=1))
+    assert rep.exit_code == 0 and rep.failures == []
+
+
+def test_legacy_hmac_certificate_verifies_and_changes_are_caught(tmp_path):
+    d = doc(results=[{**doc()["results"][0], "duration_s": 0.0}])  # json.dumps writes 0.0, RFC 8785 writes 0
+    path = tmp_path / "old.json"
+    cm.write_certificate(path, legacy_seal(d, b"k"))
+    assert verify(path, env={"KDACTL_CERT_KEY": "k"}).exit_code == 0
+    changed = json.loads(path.read_text())
+    changed["verdict"] = "inconclusive"
+    path.write_text(json.dumps(changed))
+    assert any("digest mismatch" in f for f in verify(path, env={"KDACTL_CERT_KEY": "k"}).failures)
+    changed["integrity"]["sha256"] = legacy_seal(changed)["integrity"]["sha256"]  # the forger fixes the digest
+    path.write_text(json.dumps(changed))
+    assert verify(path, env={"KDACTL_CERT_KEY": "k"}).failures == ["signature mismatch: the certificate was changed after it was signed"]
+
+
+def test_new_certificates_use_rfc8785(tmp_path):
+    d = json.loads(write(tmp_path, doc(results=[{**doc()["results"][0], "duration_s": 0.0}])).read_text())
+    assert d["integrity"]["canonical"] == "rfc8785"
+    assert d["integrity"]["sha256"] != legacy_seal(d)["integrity"]["sha256"]
 
 
 def test_unsigned_rejected_when_key_configured(tmp_path):

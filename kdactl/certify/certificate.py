@@ -1,10 +1,13 @@
-"""The certificate: schema ``kdactl.cert/v1``, canonical JSON, sha256 digest, optional HMAC-SHA256
-signature, atomic writes, and the checks ``kdactl verify`` and ``kdactl gate`` share.
+"""The certificate: schema ``kdactl.cert/v1``, canonical JSON, sha256 digest, optional signatures,
+atomic writes, and the checks ``kdactl verify`` and ``kdactl gate`` share.
 
-Canonical form: the document without its ``integrity`` field, as JSON with sorted keys, no
-whitespace, UTF-8. ``integrity.sha256`` is the hex sha256 of those bytes; ``integrity.signature``
-is HMAC-SHA256 over the same bytes with the configured key (KDACTL_CERT_KEY, or a key file).
-Ed25519 is not offered: ``cryptography`` is not on the GPU image.
+Canonical form (``integrity.canonical``): ``rfc8785``, the RFC 8785 (JCS) bytes of the document
+without its ``integrity`` field (jcs.py), so that any language can recompute it. Certificates sealed
+before carry ``json-sorted-keys-no-whitespace-utf8`` (Python's json.dumps with sorted keys, no
+whitespace, UTF-8) and are still checked by that rule, so an upgrade does not fail every node.
+``integrity.sha256`` is the hex sha256 of the canonical bytes. Over the same bytes:
+``integrity.signature``, HMAC-SHA256 with a shared key (KDACTL_CERT_KEY, or a key file), and
+``integrity.node_signature``, Ed25519 with the node's own key (signing.py).
 
 Stdlib only: gate.py imports this, and must start in well under a second.
 """
@@ -21,7 +24,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from kdactl.atomic import write_text_atomic
+from kdactl.certify.jcs import NotCanonicalizable, canonicalize
 from kdactl.certify.schema import MAX_BYTES, certificate_problems, load_certificate_bytes
+from kdactl.certify.signing import NodeSigner, TrustedKeys, node_signature_problems
 from kdactl.errors import UsageError
 
 SCHEMA = "kdactl.cert/v1"
@@ -29,7 +34,8 @@ VERDICTS = ("certified", "not_certified", "inconclusive")
 DEFAULT_LIFETIME_DAYS = 7.0
 CLOCK_SKEW = timedelta(minutes=5)  # issued_at may be this far in the future (clocks of two hosts)
 KEY_ENV = "KDACTL_CERT_KEY"
-CANONICAL = "json-sorted-keys-no-whitespace-utf8"
+CANONICAL = "rfc8785"
+LEGACY_CANONICAL = "json-sorted-keys-no-whitespace-utf8"
 
 
 class CertUnreadable(UsageError):
@@ -41,13 +47,17 @@ class KeyRequired(UsageError):
     and an unchecked signature could have been changed (exit 2: configure the key)."""
 
 
-def canonical_bytes(doc: Mapping[str, Any]) -> bytes:
+def canonical_bytes(doc: Mapping[str, Any], canonical: str = CANONICAL) -> bytes:
+    """The bytes the digest and signatures cover; jcs.NotCanonicalizable for a value RFC 8785
+    cannot hold (an integer beyond 2**53 - 1)."""
     body = {k: v for k, v in doc.items() if k != "integrity"}
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    if canonical == LEGACY_CANONICAL:
+        return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    return canonicalize(body)
 
 
-def digest(doc: Mapping[str, Any]) -> str:
-    return hashlib.sha256(canonical_bytes(doc)).hexdigest()
+def digest(doc: Mapping[str, Any], canonical: str = CANONICAL) -> str:
+    return hashlib.sha256(canonical_bytes(doc, canonical)).hexdigest()
 
 
 def key_id(key: bytes) -> str:
@@ -55,15 +65,19 @@ def key_id(key: bytes) -> str:
     return hashlib.sha256(key).hexdigest()[:16]
 
 
-def sign(doc: Mapping[str, Any], key: bytes) -> str:
-    return hmac.new(key, canonical_bytes(doc), hashlib.sha256).hexdigest()
+def hmac_value(data: bytes, key: bytes) -> str:
+    return hmac.new(key, data, hashlib.sha256).hexdigest()
 
 
-def seal(doc: dict[str, Any], key: bytes | None) -> dict[str, Any]:
-    """The document with its integrity field (digest always, signature when a key is given)."""
+def seal(doc: dict[str, Any], key: bytes | None, signer: NodeSigner | None = None) -> dict[str, Any]:
+    """The document with its integrity field: the digest always, the HMAC signature when a key is
+    given, the node's Ed25519 signature when a signer is."""
     out = {k: v for k, v in doc.items() if k != "integrity"}
-    integrity: dict[str, Any] = {"algorithm": "sha256", "canonical": CANONICAL, "sha256": digest(out)}
-    integrity["signature"] = None if key is None else {"algorithm": "hmac-sha256", "key_id": key_id(key), "value": sign(out, key)}
+    data = canonical_bytes(out)
+    integrity: dict[str, Any] = {"algorithm": "sha256", "canonical": CANONICAL, "sha256": hashlib.sha256(data).hexdigest()}
+    integrity["signature"] = None if key is None else {"algorithm": "hmac-sha256", "key_id": key_id(key), "value": hmac_value(data, key)}
+    if signer is not None:
+        integrity["node_signature"] = signer.sign(data)
     out["integrity"] = integrity
     return out
 
@@ -165,20 +179,34 @@ class CertCheck:
         return not self.failures
 
 
-def check_certificate(doc: Mapping[str, Any], key: bytes | None, now: datetime) -> CertCheck:
+def check_certificate(doc: Mapping[str, Any], key: bytes | None, now: datetime,
+                      trusted: TrustedKeys | None = None) -> CertCheck:  # fmt: skip
     """Schema (kdactl.certify.schema: types at every depth, the integrity field's every byte),
-    digest, signature (required when a key is configured), issue and expiry times. KeyRequired when
-    the certificate is signed and no key is configured."""
+    digest by the certificate's own canonical rule, HMAC signature (required when a key is
+    configured), node signature (required, by a key trusted for this node's hostname, when trusted
+    keys are configured), issue and expiry times. KeyRequired when the certificate carries an HMAC
+    signature and no key is configured; SigningUnavailable when a node signature is to be checked
+    and ``cryptography`` is missing."""
     out = CertCheck()
     out.failures += check_schema(doc)
     if out.failures:
         return out
     integrity = doc["integrity"]
-    actual = digest(doc)
+    try:
+        data = canonical_bytes(doc, integrity["canonical"])
+    except NotCanonicalizable as err:
+        out.failures.append(f"no RFC 8785 form, so no digest can match: {err}")
+        return out
+    actual = hashlib.sha256(data).hexdigest()
     if integrity["sha256"] != actual:
         out.failures.append(f"digest mismatch: certificate says sha256 {integrity['sha256'][:16]}..., "
                             f"content hashes to {actual[:16]}...: the certificate was changed after it was issued")  # fmt: skip
-    out.failures += _check_signature(doc, integrity["signature"], key, out.notes)
+    out.failures += _check_signature(data, integrity["signature"], key, out.notes)
+    node_sig = integrity.get("node_signature")
+    if node_sig is not None and integrity["canonical"] != CANONICAL:
+        out.failures.append(f"a node signature needs canonical {CANONICAL!r}, the certificate says {integrity['canonical']!r}")
+    else:
+        out.failures += node_signature_problems(data, node_sig, doc["node"]["hostname"], trusted, out.notes)
     out.failures += check_times(doc, now)
     return out
 
@@ -190,18 +218,18 @@ def check_schema(doc: Any) -> list[str]:
     return certificate_problems(doc)
 
 
-def _check_signature(doc: Mapping[str, Any], sig: Any, key: bytes | None, notes: list[str]) -> list[str]:
+def _check_signature(data: bytes, sig: Any, key: bytes | None, notes: list[str]) -> list[str]:
     if sig is None:
         if key is not None:
             return ["certificate is not signed, but a key is configured (KDACTL_CERT_KEY / --key-file): signature required"]
-        notes.append("unsigned (no key configured): digest checked only")
+        notes.append("no HMAC signature (unsigned), and no HMAC key configured")
         return []
     if key is None:
         raise KeyRequired(f"the certificate is signed (key id {sig['key_id']}) and no key is configured: "
                           f"set {KEY_ENV} or pass --key-file to verify it")  # fmt: skip
     if sig["key_id"] != key_id(key):
         return [f"signed with key {sig['key_id']}, the configured key is {key_id(key)}"]
-    if not hmac.compare_digest(sig["value"], sign(doc, key)):
+    if not hmac.compare_digest(sig["value"], hmac_value(data, key)):
         return ["signature mismatch: the certificate was changed after it was signed"]
     return []
 

@@ -28,6 +28,7 @@ from kdactl.certify import fingerprint as fp
 from kdactl.certify.orchestrate import (GpuJob, Progress, StageRunner, StderrProgress, SubprocessRunner, node_checks,
                                         health_checks, parse_gpus, run_gpus, select_gpus, target_checks)  # fmt: skip
 from kdactl.certify.outputs import junit_xml, prom_text, render_summary
+from kdactl.certify.signing import NodeSigner, read_signer
 from kdactl.certify.stages import Plan, default_plan
 from kdactl.errors import UsageError
 from kdactl.faults import fault_from_env
@@ -54,6 +55,7 @@ class CertifyOptions:
     lifetime_days: float = cert_mod.DEFAULT_LIFETIME_DAYS
     fail_on: Optional[str] = None  # "warn"
     key_file: Optional[Path] = None
+    signing_key: Optional[Path] = None  # this node's Ed25519 private key (PEM)
     as_json: bool = False
 
 
@@ -87,8 +89,19 @@ class CertifyReport:
         render_summary(console, self.cert, self.reason, self.paths)
 
 
-def check_options(o: CertifyOptions, settings: Settings) -> tuple[tuple[int, ...] | None, bytes | None, Path]:
-    """Every usage error (exit 2) before the node is touched: (GPUs picked, key, certificate path)."""
+@dataclass(frozen=True)
+class Checked:
+    """The options, checked: what certify runs with."""
+
+    picked: tuple[int, ...] | None  # GPU indices, None for all
+    key: bytes | None  # HMAC key
+    signer: NodeSigner | None  # this node's Ed25519 key
+    out_path: Path
+
+
+def check_options(o: CertifyOptions, settings: Settings) -> Checked:
+    """Every usage error (exit 2) before the node is touched: a signing key that cannot be used
+    included, so a run of many minutes does not end without a certificate."""
     picked = parse_gpus(o.gpus)
     if o.expect_gpus is not None and o.expect_gpus < 1:
         raise UsageError(f"--expect-gpus must be at least 1, got {o.expect_gpus}")
@@ -100,7 +113,8 @@ def check_options(o: CertifyOptions, settings: Settings) -> tuple[tuple[int, ...
     cert_mod.lifetime(o.lifetime_days)
     out_path = Path(o.out) if o.out else settings.data_dir / ("cert-quick.json" if o.quick else "cert.json")
     _check_outputs({"--out": out_path, "--junit": o.junit, "--prom": o.prom})
-    return picked, cert_mod.read_key(settings.env, o.key_file), out_path
+    signer = read_signer(settings.env, o.signing_key)
+    return Checked(picked, cert_mod.read_key(settings.env, o.key_file), signer, out_path)
 
 
 def _check_outputs(paths: dict[str, Optional[Path]]) -> None:
@@ -126,7 +140,8 @@ def _check_sku(sku: str) -> None:
 
 def certify_command(settings: Settings, o: CertifyOptions, deps: Deps | None = None) -> CertifyReport:
     d = deps or Deps()
-    picked, key, out_path = check_options(o, settings)
+    checked = check_options(o, settings)
+    picked, out_path = checked.picked, checked.out_path
     facts = (d.gather or _gather)(settings)
     gpus = select_gpus(facts.gpus, picked)
     results = node_checks(facts, o.expect_gpus, o.expect_sku) + target_checks(gpus) + health_checks(gpus)
@@ -141,7 +156,7 @@ def certify_command(settings: Settings, o: CertifyOptions, deps: Deps | None = N
     artifacts, why_none = d.artifacts(settings, targets)
     doc = build_document(settings, facts, gpus, results, name, reason, o, d, artifacts, why_none)
     doc["options"]["fault"] = settings.env.get("KDACTL_FAULT") or None
-    doc = cert_mod.seal(doc, key)
+    doc = cert_mod.seal(doc, checked.key, checked.signer)
     paths = _write_all(doc, out_path, o)
     paths["logs"] = str(log_dir) if log_dir else None
     return CertifyReport(doc, reason, paths, VERDICT_EXIT[name])

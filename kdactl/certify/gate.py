@@ -2,7 +2,8 @@
 Kubernetes readiness, from the cached certificate and the node's fingerprint now.
 
 Passes only when the certificate is a valid document (kdactl.certify.schema), intact (digest;
-signature when a key is configured), not expired, says ``certified``, covers a full (not ``--quick``)
+HMAC signature when a key is configured; node signature by a key trusted for this very host when
+trusted keys are configured), not expired, says ``certified``, covers a full (not ``--quick``)
 run of every GPU on the node, and the node's GPU uuids, driver, CUDA toolkit and kernel library build
 inputs are what they were at certification (fingerprint.py). Exit 0 pass; 1 fail (each reason one
 line, an invalid certificate included); 3 cannot tell (NVML cannot be read, or an otherwise valid
@@ -22,6 +23,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from kdactl.certify import certificate as cm
 from kdactl.certify import fingerprint as fp
+from kdactl.certify import signing
 from kdactl.errors import EXIT_INCONCLUSIVE, EXIT_NOT_CERTIFIED, EXIT_PASS, KdactlError
 from kdactl.settings import Settings
 
@@ -54,7 +56,7 @@ class GateReport:
 
 
 def gate_command(settings: Settings, cert_path: Path | None = None, key_file: Path | None = None,
-                 now: Callable[[], datetime] = cm.now_utc, node_reader: Callable[[Settings], fp.NodeNow] | None = None,
+                 trusted_keys: Path | None = None, now: Callable[[], datetime] = cm.now_utc, node_reader: Callable[[Settings], fp.NodeNow] | None = None,
                  artifacts: Callable[..., tuple[dict, dict]] = fp.artifacts_for) -> GateReport:  # fmt: skip
     path = Path(cert_path) if cert_path else settings.data_dir / "cert.json"
     report = GateReport(str(path))
@@ -62,6 +64,7 @@ def gate_command(settings: Settings, cert_path: Path | None = None, key_file: Pa
         report.failures.append(f"no certificate at {path}: this node is not certified (run kdactl certify)")
         return report
     key = cm.read_key(settings.env, key_file)
+    trusted = signing.read_trusted_keys(settings.env, trusted_keys)
     try:
         doc, why = cm.read_certificate(path)
     except cm.CertUnreadable as err:
@@ -75,7 +78,7 @@ def gate_command(settings: Settings, cert_path: Path | None = None, key_file: Pa
         report.failures += [f"invalid certificate ({cm.SCHEMA}): {p}" for p in invalid]
         return report
     try:
-        reasons = certificate_reasons(doc, key, now())
+        reasons = certificate_reasons(doc, key, now(), trusted)
     except cm.KeyRequired as err:
         report.unknown.append(str(err))
     else:  # an inconclusive certificate is no evidence against the node: it says "cannot tell" (3)
@@ -87,8 +90,9 @@ def gate_command(settings: Settings, cert_path: Path | None = None, key_file: Pa
     return report
 
 
-def certificate_reasons(doc: Mapping[str, Any], key: bytes | None, now: datetime) -> list[str]:
-    out = list(cm.check_certificate(doc, key, now).failures)
+def certificate_reasons(doc: Mapping[str, Any], key: bytes | None, now: datetime,
+                        trusted: signing.TrustedKeys | None = None) -> list[str]:  # fmt: skip
+    out = list(cm.check_certificate(doc, key, now, trusted).failures)
     if doc.get("verdict") != "certified":
         out.append(verdict_reason(doc))
     if doc.get("scope") != "full":

@@ -1,6 +1,8 @@
-"""``kdactl verify CERT``: is this certificate intact, signed when a key is configured, and
-unexpired? Exit 0 valid; 1 changed, corrupt, expired, unsigned or wrongly signed; 2 when the file
-cannot be read at all (or a usage error). A valid certificate may say ``not_certified``: verify
+"""``kdactl verify CERT``: is this certificate intact, signed when a key (HMAC) or trusted node keys
+(Ed25519) are configured, and unexpired? Exit 0 valid; 1 changed, corrupt, expired, unsigned or
+wrongly signed (a node signature by a key not trusted for the certificate's own host included); 2
+when the file cannot be read at all, or a usage error (``cryptography`` missing for a signature
+that must be checked). A valid certificate may say ``not_certified``: verify
 judges the document, not the node."""
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any, Callable, Optional
 from rich.console import Console
 
 from kdactl.certify import certificate as cm
+from kdactl.certify import signing
 from kdactl.errors import EXIT_NOT_CERTIFIED, EXIT_PASS
 from kdactl.settings import Settings
 
@@ -35,7 +38,8 @@ class VerifyReport:
         return {"command": "verify", "path": self.path, "valid": not self.failures, "exit_code": self.exit_code,
                 "verdict": d.get("verdict"), "scope": d.get("scope"), "hostname": node.get("hostname"),
                 "issued_at": d.get("issued_at"), "expires_at": d.get("expires_at"), "sha256": integrity.get("sha256"),
-                "signed": bool(integrity.get("signature")), "failures": self.failures, "notes": self.notes}  # fmt: skip
+                "signed": bool(integrity.get("signature")),
+                "node_signature": (integrity.get("node_signature") or {}).get("key_id"), "failures": self.failures, "notes": self.notes}  # fmt: skip
 
     def render(self, console: Console) -> None:
         j = self.to_json()
@@ -50,11 +54,12 @@ class VerifyReport:
             console.print(f"  note: {line}", markup=False)
 
 
-def verify_command(settings: Settings, path: Path, key_file: Path | None = None,
+def verify_command(settings: Settings, path: Path, key_file: Path | None = None, trusted_keys: Path | None = None,
                    now: Callable[[], datetime] = cm.now_utc) -> VerifyReport:  # fmt: skip
     key = cm.read_key(settings.env, key_file)
+    trusted = signing.read_trusted_keys(settings.env, trusted_keys)
     doc, why = cm.read_certificate(path)  # CertUnreadable (exit 2) when it cannot be read at all
     if doc is None:
         return VerifyReport(str(path), None, [why])
-    found = cm.check_certificate(doc, key, now())
+    found = cm.check_certificate(doc, key, now(), trusted)
     return VerifyReport(str(path), doc, found.failures, found.notes)

@@ -1,7 +1,7 @@
 """``kdactl fleet ingest``: certificates from many nodes into the fleet store.
 
-Each certificate is checked as ``kdactl verify`` checks it (schema, digest, signature when a key is
-configured); a changed, corrupt, wrongly signed or malformed one is rejected with its reason and the
+Each certificate is checked as ``kdactl verify`` checks it (schema, digest, HMAC signature when a
+key is configured, node signature by a key of its own host when trusted keys are); a changed, corrupt, wrongly signed or malformed one is rejected with its reason and the
 rest are still stored, each in a transaction of its own. Only a failure of the store itself (disk
 full, server gone) stops the batch, naming the file and what was stored before it.
 """
@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable
 from rich.console import Console
 
 from kdactl.certify import certificate as cm
+from kdactl.certify.signing import TrustedKeys, read_trusted_keys
 from kdactl.errors import EXIT_INCONCLUSIVE, EXIT_NOT_CERTIFIED, EXIT_PASS, UsageError
 from kdactl.fleet.extract import Unstorable
 from kdactl.fleet.store import Store, db_target
@@ -64,7 +65,8 @@ def expand(paths: Iterable[Path]) -> list[Path]:
     return out
 
 
-def check_for_ingest(path: Path, key: bytes | None, now: datetime) -> tuple[dict[str, Any] | None, str]:
+def check_for_ingest(path: Path, key: bytes | None, now: datetime,
+                     trusted: TrustedKeys | None = None) -> tuple[dict[str, Any] | None, str]:  # fmt: skip
     """(document, "") when intact, else (None, why). Expired is not a reason to reject."""
     try:
         doc, why = cm.read_certificate(path)
@@ -73,7 +75,7 @@ def check_for_ingest(path: Path, key: bytes | None, now: datetime) -> tuple[dict
     if doc is None:
         return None, why
     try:
-        found = cm.check_certificate(doc, key, now)
+        found = cm.check_certificate(doc, key, now, trusted)
     except cm.KeyRequired as err:
         return None, str(err)
     failures = [f for f in found.failures if not f.startswith("expired:")]
@@ -81,15 +83,16 @@ def check_for_ingest(path: Path, key: bytes | None, now: datetime) -> tuple[dict
 
 
 def ingest_command(settings: Settings, paths: list[Path], db: str | Path | None = None, key_file: Path | None = None,
-                   now: Callable[[], datetime] = cm.now_utc) -> IngestReport:  # fmt: skip
+                   now: Callable[[], datetime] = cm.now_utc, trusted_keys: Path | None = None) -> IngestReport:  # fmt: skip
     key = cm.read_key(settings.env, key_file)
+    trusted = read_trusted_keys(settings.env, trusted_keys)
     files = expand(paths)
     t = now()
     with Store(db_target(settings, db)) as store:
         report = IngestReport(store.db.name)
         for i, path in enumerate(files):
             try:
-                doc, why = check_for_ingest(path, key, t)
+                doc, why = check_for_ingest(path, key, t, trusted)
                 if doc is None:
                     report.rejected.append((str(path), why))
                     continue

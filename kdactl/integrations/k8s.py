@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from kdactl.atomic import write_text_atomic
 from kdactl.certify import certificate as cm
+from kdactl.certify.signing import TrustedKeys, read_trusted_keys
 from kdactl.errors import EXIT_PASS, UsageError
 from kdactl.settings import Settings
 
@@ -50,14 +51,15 @@ class LabelsReport:
             console.print(f"  not certified: {line}", markup=False)
 
 
-def labels_for(doc: dict[str, Any] | None, why_none: str, key: bytes | None, now: datetime) -> tuple[dict[str, str], str | None, list[str]]:
+def labels_for(doc: dict[str, Any] | None, why_none: str, key: bytes | None, now: datetime,
+               trusted: TrustedKeys | None = None) -> tuple[dict[str, str], str | None, list[str]]:  # fmt: skip
     """(labels, expiry stamp or None, reasons certified is false): a pure function of the document."""
     from kdactl.certify.gate import certificate_reasons
 
     if doc is None:
         return {f"{PREFIX}certified": "false"}, None, [why_none]
     try:
-        reasons = certificate_reasons(doc, key, now)
+        reasons = certificate_reasons(doc, key, now, trusted)
     except cm.KeyRequired as err:
         reasons = [str(err)]
     labels = {f"{PREFIX}certified": "false" if reasons else "true"}
@@ -76,11 +78,12 @@ def feature_file(labels: dict[str, str], expiry: str | None) -> str:
 
 
 def labels_command(settings: Settings, features_dir: Path, cert_path: Path | None = None, key_file: Path | None = None,
-                   now: Callable[[], datetime] = cm.now_utc) -> LabelsReport:  # fmt: skip
+                   now: Callable[[], datetime] = cm.now_utc, trusted_keys: Path | None = None) -> LabelsReport:  # fmt: skip
     features_dir = Path(features_dir)
     if not features_dir.is_dir():
         raise UsageError(f"--features-dir {features_dir} is not a directory (NFD's features.d, mounted into the pod)")
     key = cm.read_key(settings.env, key_file)
+    trusted = read_trusted_keys(settings.env, trusted_keys)
     path = Path(cert_path) if cert_path else settings.data_dir / "cert.json"
     doc, why = None, f"no certificate at {path} (run kdactl certify)"
     if path.exists():
@@ -88,7 +91,7 @@ def labels_command(settings: Settings, features_dir: Path, cert_path: Path | Non
             doc, why = cm.read_certificate(path)
         except cm.CertUnreadable as err:
             why = str(err)
-    labels, expiry, reasons = labels_for(doc, why, key, now())
+    labels, expiry, reasons = labels_for(doc, why, key, now(), trusted)
     out = features_dir / FILE_NAME
     try:
         write_text_atomic(out, feature_file(labels, expiry))
