@@ -122,6 +122,7 @@ def test_the_image_recipe_holds_what_the_daemonset_runs(render_chart):
     kdactl, and the two scripts under the names the DaemonSet and the loop call."""
     text = (cf.ROOT / "fleet" / "k8s" / "Containerfile").read_text()
     assert 'sha256sum --check' in text and "kubectl.sha256" in text
+    assert '/opt/kdactl/src[signing]"' in text  # the chart's signing values need cryptography in the image
     for src, dest in (("fleet/provision/certify-node.sh", "kdactl-certify-node"), ("fleet/k8s/kdactl-node-loop.sh", "kdactl-node-loop")):
         assert (cf.ROOT / src).is_file() and f"/opt/kdactl/src/{src} /usr/local/bin/{dest}" in text
     ds = objects(render_chart.render())["DaemonSet"]
