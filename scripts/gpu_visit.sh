@@ -3,6 +3,7 @@
 # limit, everything logged to $OUT/visit.log:
 #   bash scripts/gpu_visit.sh tests certify faults baseline small-bh serving
 #   (sections used for issues 15-16: truth interrupt healthy host fused host-profile serving-tests fla-tests)
+#   bash scripts/gpu_visit.sh certify gate-time   # kdactl gate's wall time, plain and node-signed
 # kdactl is installed exactly as the README tells an operator (no wheels beyond the image); the
 # carried wheels (.whl: fla and its needs) are visible only to the sections that time fla as a peer.
 # fla autotunes ~90 s per new head count, so its head counts are warmed in parallel first (bounded:
@@ -101,6 +102,22 @@ while True: a=(a@a).clamp_(-1,1)" > $S/cotenant.log 2>&1 & ct=$!
       python3 -c "p='/tmp/kd/cert.json';b=bytearray(open(p,'rb').read());i=b.index(b'H200');b[i+3]^=1;open('$S/t.json','wb').write(b)"
       kdactl verify $S/t.json; echo "one-byte-changed verify rc=$?"
       ;;
+    gate-time)  # kdactl gate's wall time on the H200 (bench_gate.py: fresh process, median of 20): this node's
+      # certificate (the certify section's, else a --quick one), the fake 8-GPU one, and both node-signed
+      [ -f /tmp/kd/cert.json ] || { timeout 120 kdactl certify --quick --expect-gpus 1 --out /tmp/kd/cert.json > $S/gt.out 2>&1
+                                    echo "certify --quick rc=$?"; }
+      timeout 120 python3 scripts/bench_gate.py -n 20
+      timeout 120 python3 scripts/bench_gate.py --fake -n 20
+      if python3 -c "import cryptography" 2>/dev/null; then
+        timeout 120 python3 scripts/bench_gate.py --fake --signed -n 20
+        rm -rf $S/gs; mkdir -p $S/gs  # a key for this node, a signed --quick certificate in its own data dir
+        kdactl keygen --out $S/gs/node.pem > $S/gs/trusted-keys; echo "keygen rc=$?"
+        KDACTL_DATA_DIR=$S/gs timeout 120 kdactl certify --quick --expect-gpus 1 --signing-key $S/gs/node.pem \
+          --out $S/gs/cert.json > $S/gs/certify.out 2>&1; echo "signed certify --quick rc=$?"
+        KDACTL_DATA_DIR=$S/gs KDACTL_TRUSTED_KEYS=$S/gs/trusted-keys timeout 120 python3 scripts/bench_gate.py -n 20
+      else
+        echo "cryptography is not on this image (pip install 'kdactl[signing]'): the signed gate not timed"
+      fi ;;
     faults)
       # wait on these PIDs only: a bare `wait` also waits for the log's tee and never returns
       pids=(); for f in wrong-result:direct wrong-result:chunk wrong-result:small_bh sanitizer hang crash; do
