@@ -195,8 +195,8 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
 
   // G = cumsum of g over the chunk, 4 keys per lane, each lane's 4 keys moved in one access (one per
   // key conflicted 4 ways). The 16 rows stay in registers for eG and Kr, and G goes to shared memory
-  // as e^G, which is all the later passes read (each e^x once: MUFU was a fifth of the pass), unless
-  // some key's decay within the chunk passes -kExactBelow: then as G, for the exact A and P.
+  // as e^(G - G_ref), all the later passes read with e^G_ref (each e^x once: MUFU was a fifth of the
+  // pass), unless the decay is too steep to factor (kShiftLimit): then as G, for the exact A and P.
   static_assert(K <= 128, "a lane per 4 keys");
   const int j = lane;
   // fla's gates from raw g, as each row is summed: the head's constants and this lane's 4 dt_bias

@@ -7,7 +7,9 @@ A tuning code may follow the route: chunk:100 (its two kernels), chunk:200 (its 
 --config: plain is a precomputed log decay with q and k normalized; bound and softplus are the serving
 configurations (q/k l2norm, beta sigmoid and the gate in the kernel; bound with a V-first state).
 --gates: the raw gate inputs, fla's test draw (g, dt_bias ~ N(0, 1): steep decays) or a model at
-initialization (dt_bias = softplus^-1 of dt ~ logU(1e-3, 0.1), as fla's KDA layer draws it)."""
+initialization (dt_bias = softplus^-1 of dt ~ logU(1e-3, 0.1), as fla's KDA layer draws it).
+It names its configurations itself (not through kdactl.bench.configs): `gpu_visit.sh gate-ab` runs it
+against an older kdactl too, which has only kdactl.kda's names."""
 import argparse
 
 import torch

@@ -5,6 +5,7 @@ fla-compatible kdactl.kda.chunk_kda end to end."""
 import pytest
 import torch
 
+from kdactl.bench.configs import LOWER_BOUND, SOFTPLUS
 from kdactl.kda import chunk_kda, prefill
 from kdactl.kda.fused import BETA_SIGMOID, BETA_SIGMOID2, GATE_LOWER_BOUND, GATE_SOFTPLUS, Fused
 from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent
@@ -220,9 +221,8 @@ def test_gate_precision(route, T, gate):
 # --- precision at the cases that broke other kernels --------------------------------------------
 
 def _config(name):
-    if name == "bound":
-        return Fused(True, BETA_SIGMOID, GATE_LOWER_BOUND, -5.0)
-    return Fused(True, BETA_SIGMOID, GATE_SOFTPLUS)
+    """The serving configurations' transforms, as the bench names them (kdactl.bench.configs)."""
+    return {"bound": LOWER_BOUND, "softplus": SOFTPLUS}[name].fused_spec()
 
 
 @pytest.mark.parametrize("route", ["direct", "chunk", "small_bh"])
