@@ -1,5 +1,5 @@
 """The compute-sanitizer payload: a smoke of every eligible route (fixed and varlen, with and
-without state, fixed with fla's fused transforms on grouped values, and varlen through a V-first
+without state, fixed in both serving calls with their fused transforms (kdactl.smoke.SMOKE_CONFIGS), and varlen through a V-first
 state pool with prefix checkpoints in fp16) and of the device self-test, each checked against its
 reference.
 
@@ -62,7 +62,7 @@ def _route_smokes(info, device, wrong: list[str]) -> list[str]:
     """Every eligible route on every payload row, fixed and varlen, with and without state.
     Appends a line per wrong result to ``wrong``; returns the route of every smoke that ran."""
     from kdactl.kda import ROUTES
-    from kdactl.smoke import PAYLOAD_ROWS, ineligible_reason, pool_ineligible_reason, run_pool_smoke, run_smoke
+    from kdactl.smoke import PAYLOAD_ROWS, SMOKE_CONFIGS, ineligible_reason, pool_ineligible_reason, run_pool_smoke, run_smoke
 
     ran = []
     for row in PAYLOAD_ROWS:
@@ -75,11 +75,11 @@ def _route_smokes(info, device, wrong: list[str]) -> list[str]:
                     ran.append(route)
                     if not result.ok:
                         wrong.append(f"{row.name} {'varlen' if varlen else 'fixed'} state={state}: {result.describe()}")
-            if ineligible_reason(route, row, False, info) is None:  # the fused transforms' load paths too
-                result = run_smoke(route, row, False, True, device, ref_device="cpu", fused=True)
+            for config in SMOKE_CONFIGS if ineligible_reason(route, row, False, info) is None else ():
+                result = run_smoke(route, row, False, True, device, ref_device="cpu", config=config)  # fused loads
                 ran.append(route)
                 if not result.ok:
-                    wrong.append(f"{row.name} fused: {result.describe()}")
+                    wrong.append(f"{row.name} {config}: {result.describe()}")
             if pool_ineligible_reason(route, row, info) is None:  # the state pool's and checkpoints' accesses
                 result = run_pool_smoke(route, row, device, ref_device="cpu")
                 ran.append(route)

@@ -13,7 +13,7 @@ import pytest
 from kdactl.jit.library import KDACTL_ERR_UNSUPPORTED, KernelError
 from kdactl.kda import ROUTES, select_route
 from kdactl.kda.routes import TUNING_FUSED
-from kdactl.smoke import SUITE_ROWS, ineligible_reason, pool_ineligible_reason, problem_of, run_pool_smoke, run_smoke
+from kdactl.smoke import SMOKE_CONFIGS, SUITE_ROWS, ineligible_reason, pool_ineligible_reason, problem_of, run_pool_smoke, run_smoke
 
 pytestmark = pytest.mark.gpu
 QUICK_ROWS = {SUITE_ROWS[0].name}
@@ -49,16 +49,18 @@ def test_route_smoke(row, route, layout, state, device, device_info):
     assert result.ok, f"{row.name} {layout} {state}: {result.describe()}"
 
 
+@pytest.mark.parametrize("config", SMOKE_CONFIGS)
 @pytest.mark.parametrize(
     "row,route", [_mark(row, route) for row in SUITE_ROWS for route in ROUTES],
 )  # fmt: skip
-def test_route_smoke_fused(row, route, device, device_info):
-    """The serving engines' call: q/k l2norm, the softplus gate, beta's sigmoid, grouped values."""
+def test_route_smoke_fused(row, route, config, device, device_info):
+    """The serving engines' calls: q/k l2norm and beta's sigmoid in the kernel, with the softplus gate
+    on grouped values (Kimi Linear) or the lower-bound gate and V-first states (FlashKDA's)."""
     reason = ineligible_reason(route, row, False, device_info)
     if reason is not None:
         pytest.skip(f"route {route} not eligible for {row.name}: {reason}")
-    result = run_smoke(route, row, False, True, device, ref_device="cuda", seed=len(row.name), fused=True)
-    assert result.ok, f"{row.name} fused: {result.describe()}"
+    result = run_smoke(route, row, False, True, device, ref_device="cuda", seed=len(row.name), config=config)
+    assert result.ok, f"{row.name} {config}: {result.describe()}"
 
 
 SERVING_ROW = next(row for row in SUITE_ROWS if row.shape_class == "serving")

@@ -9,15 +9,17 @@ routes that land later join without a change here. Imports torch: use only where
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
+from kdactl.bench.configs import CONFIGS, Config
 from kdactl.faults import perturb_output
 from kdactl.kda import KdaProblem, eligibility, prefill
 from kdactl.kda.inputs import random_inputs
 from kdactl.kda.routes import DeviceInfo
 from kdactl.reference import ERROR_LIMIT as TOL
-from kdactl.kda.fused import BETA_SIGMOID, GATE_SOFTPLUS, NONE, Fused
+from kdactl.kda.fused import NONE
 from kdactl.reference import error_ratio, fused_inputs, kda_recurrent
 
 HEAD_DIM = 128  # K = V = 128, the size every route must support
@@ -86,38 +88,46 @@ class SmokeResult:
                 f"({verdict} the tolerance {TOL:g})")  # fmt: skip
 
 
-# The serving engines' call (fla's chunk_kda for Kimi Linear): every transform the kernels fuse.
-SMOKE_FUSED = Fused(qk_l2norm=True, beta_mode=BETA_SIGMOID, gate_mode=GATE_SOFTPLUS)
+# The serving engines' calls, each with every transform the kernels fuse: Kimi Linear through fla's
+# chunk_kda (the softplus gate, on grouped values) and Kimi-K3 / GLM through FlashKDA (the lower-bound
+# gate, V-first states). Their names are kdactl.bench.configs CONFIGS entries.
+SMOKE_CONFIGS: tuple[str, ...] = ("softplus", "lower-bound")
 
 
-def fused_variant(x: dict, seed: int) -> tuple[dict, torch.Tensor, torch.Tensor]:
-    """Inputs for SMOKE_FUSED from a row's inputs: q and k not normalized, and with half the heads
-    where the head count is even (grouped values); g raw, beta as logits; (inputs, A_log, dt_bias)."""
+def fused_variant(x: dict, s0, config: Config, seed: int) -> tuple[dict, object, torch.Tensor, torch.Tensor]:
+    """A row's inputs as ``config``'s call makes them: q and k not normalized, g raw, beta as logits,
+    the softplus call with half the heads of q and k where the head count is even (grouped values),
+    the V-first call with ``s0`` transposed; (inputs, initial state, A_log, dt_bias)."""
     gen = torch.Generator(device=x["q"].device).manual_seed(seed)
     B, T, H, K = x["g"].shape
-    hq = H // 2 if H % 2 == 0 else H
+    hq = H // 2 if H % 2 == 0 and config.gate == "softplus" else H
     raw = dict(x, q=(x["q"][:, :, :hq] * 3).contiguous(), k=(x["k"][:, :, :hq] * 2).contiguous(),
                g=torch.randn(B, T, H, K, generator=gen, device=x["g"].device),
                beta=torch.randn(B, T, H, generator=gen, device=x["g"].device))  # fmt: skip
     A_log = torch.rand(H, generator=gen, device=x["g"].device).mul_(2.7).log1p_()  # log of 1 + 2.7 U(0, 1)
     dt_bias = torch.randn(H * K, generator=gen, device=x["g"].device)
-    return raw, A_log, dt_bias
+    if config.state_v_first and s0 is not None:
+        s0 = s0.transpose(-1, -2).contiguous()
+    return raw, s0, A_log, dt_bias
 
 
 def run_smoke(route: str, row: SmokeRow, varlen: bool, with_state: bool, device: torch.device, ref_device: str = "cuda",
-              seed: int = 0, fused: bool = False, tuning: int = 0) -> SmokeResult:  # fmt: skip
+              seed: int = 0, config: Optional[str] = None, tuning: int = 0) -> SmokeResult:  # fmt: skip
     """Run ``route`` on the variant and compare o and the final state with the fp64 reference;
-    ``fused``: the SMOKE_FUSED call on grouped values (fused_variant); ``tuning``: the kernel variant
-    (kdactl.kda.routes TUNING_*). Under KDACTL_FAULT=wrong-result:<route> the output is perturbed
-    first (kdactl.faults)."""
+    ``config``: one of SMOKE_CONFIGS, the serving call with its transforms (fused_variant), else the
+    plain call; ``tuning``: the kernel variant (kdactl.kda.routes TUNING_*). Under
+    KDACTL_FAULT=wrong-result:<route> the output is perturbed first (kdactl.faults)."""
     x, s0, cu = make_inputs(row, varlen, with_state, device, seed)
-    spec, A_log, dt_bias = NONE, None, None
-    if fused:
-        (x, A_log, dt_bias), spec = fused_variant(x, seed), SMOKE_FUSED
+    spec, A_log, dt_bias, v_first = NONE, None, None, False
+    if config is not None:
+        call = CONFIGS[config]
+        (x, s0, A_log, dt_bias), spec, v_first = fused_variant(x, s0, call, seed), call.fused_spec(), call.state_v_first
     o, state = prefill(**x, initial_state=s0, output_final_state=True, cu_seqlens=cu, route=route, fused=spec,
-                       A_log=A_log, dt_bias=dt_bias, tuning=tuning)  # fmt: skip
+                       A_log=A_log, dt_bias=dt_bias, tuning=tuning, state_v_first=v_first)  # fmt: skip
     torch.cuda.synchronize(device)
     o = perturb_output(route, o)
+    if v_first:  # the reference keeps K-first states
+        s0, state = (None if s0 is None else s0.transpose(-1, -2)), state.transpose(-1, -2)
     q, k, g, beta = fused_inputs(x["q"], x["k"], x["v"], x["g"], x["beta"], spec, A_log, dt_bias)
     o_ref, s_ref = kda_recurrent(q, k, x["v"], g, beta, initial_state=s0, cu_seqlens=cu, device=ref_device)
     return SmokeResult(route, error_ratio(o_ref, o), error_ratio(s_ref, state))

@@ -41,3 +41,20 @@ def test_reference_agrees_with_itself_and_result_verdict():
     assert error_ratio(o, o) == 0.0 and torch.isfinite(s).all()
     assert SmokeResult("direct", 1e-3, 4e-3).ok and not SmokeResult("direct", 6e-3, 0.0).ok
     assert "OUTSIDE" in SmokeResult("direct", float("inf"), 0.0).describe()
+
+
+def test_smokes_make_both_serving_calls_as_the_engines_do():
+    """The softplus call on grouped values with K-first states, the lower-bound call on full q/k heads
+    with V-first states: the inputs each would hand prefill, valid for it."""
+    from kdactl.bench.configs import CONFIGS
+    from kdactl.smoke import SMOKE_CONFIGS, fused_variant
+
+    assert set(SMOKE_CONFIGS) == {"softplus", "lower-bound"} and all(CONFIGS[c].fused for c in SMOKE_CONFIGS)
+    row = SUITE_ROWS[0]  # H = 8
+    x, s0, cu = make_inputs(row, False, True, torch.device("cpu"))
+    for name, q_heads, v_first in (("softplus", row.heads // 2, False), ("lower-bound", row.heads, True)):
+        raw, state, A_log, dt_bias = fused_variant(x, s0, CONFIGS[name], seed=1)
+        assert raw["q"].shape[2] == raw["k"].shape[2] == q_heads, name
+        assert torch.equal(state, s0.transpose(-1, -2) if v_first else s0), name
+        assert A_log.shape == (row.heads,) and dt_bias.shape == (row.heads * x["q"].shape[-1],)
+        validate(**raw, scale=None, initial_state=state, cu_seqlens=cu, require_cuda=False, state_v_first=v_first)
