@@ -2,12 +2,15 @@
 // one chain of T / 16 steps per (sequence, head, value slice) and leaves most SMs idle there; this
 // route cuts every sequence into segments of `segment_chunks` chunks (kdactl/kda/routes.py plans
 // them) and runs the chain on all segments at once:
-//   1. the chunk route's prepare pass over every (chunk, head);
+//   1. the chunk route's prepare pass over every (chunk, head), with a bound on each chunk's state map;
 //   2. kReduce: per segment, its end state from a zero start, E, and its state map M (S_end = M S_start
 //      + E) as the end states of the identity's columns;
 //   3. stitch: per (sequence, head, 8 value columns), the start states S_{p+1} = M_p S_p + E_p in fp32,
 //      a short sequential pass over the segments;
 //   4. kReplay: every segment again from its start state, writing o and the final state.
+// A segment whose preceding chunks provably forget their history (warm_start, kda_chunk.cuh) starts
+// from a zero state a few chunks early instead and needs no stitched start: where every segment does
+// (strongly decaying gates), steps 2 and 3 do nothing and the replay alone runs the recurrence.
 // Fixed-length layout only (segments are cut at fixed chunk indices), K == V.
 #include "kda_chunk_launch.cuh"
 
@@ -36,6 +39,7 @@ Segments segments_of(const kdactl_kda_args& a) {
   Segments sg;
   sg.chunks = a.segment_chunks;
   sg.count = static_cast<int>(segment_count(a));
+  sg.bounded = true;  // the prepare pass stores every chunk's bound when segment_chunks > 0
   unsigned char* base = static_cast<unsigned char*>(a.workspace) + blocks_bytes<K>(a);
   sg.ends = reinterpret_cast<float*>(base);
   sg.maps = sg.ends + static_cast<int64_t>(a.batch) * sg.count * a.heads * K * V;
@@ -44,17 +48,22 @@ Segments segments_of(const kdactl_kda_args& a) {
 
 // One CTA per (sequence, head, kStitchCols value columns), thread k owns row k of the start state.
 // M^T_p is staged in shared memory, the next one in flight while this one is used when BUFS == 2.
+// Step p makes S_{p+1}, only for a replay that reads it (segment p + 1 does not start warm): from M_p
+// and E_p, or E_p itself when segment p started warm (its reduction ran from there to an absolute end).
 template <int K, int V, int BUFS>
-__global__ void __launch_bounds__(K) kda_small_bh_stitch(const kdactl_kda_args a, const Segments sg) {
+__global__ void __launch_bounds__(K)
+    kda_small_bh_stitch(const kdactl_kda_args a, const unsigned char* ws, const Segments sg) {
 #ifdef KDACTL_ARCH_MISMATCH
   __trap();
 #else
   extern __shared__ __align__(16) float stitch_smem[];
   float* maps = stitch_smem;          // [BUFS][K][K]: M^T, so that thread k reads column k (no conflicts)
   float* start = maps + BUFS * K * K;  // [K][kStitchCols]: S_p, this CTA's columns
+  unsigned* warm = reinterpret_cast<unsigned*>(start + K * kStitchCols);  // bit p: segment p starts warm
   const int k = threadIdx.x, col0 = blockIdx.x * kStitchCols, h = blockIdx.y, H = a.heads;
   const int64_t n = blockIdx.z;
   const int P = sg.count;
+  if (P <= 2) return;  // S_1 = E_0 is where segment 1's replay reads it
   auto seg = [&](int p) { return (n * P + p) * H + h; };
   auto load_map = [&](int p, int buf) {
     const float* src = sg.maps + seg(p) * K * K;
@@ -62,19 +71,38 @@ __global__ void __launch_bounds__(K) kda_small_bh_stitch(const kdactl_kda_args a
     cp_async_commit();
   };
   auto row = [&](int p) { return sg.ends + seg(p) * K * V + k * V + col0; };
+  auto load_start = [&](int p) {  // S_{p+1} = E_p
+    *reinterpret_cast<float4*>(start + k * kStitchCols) = *reinterpret_cast<const float4*>(row(p));
+    *reinterpret_cast<float4*>(start + k * kStitchCols + 4) = *reinterpret_cast<const float4*>(row(p) + 4);
+  };
 
-  {  // S_1 = E_0, which stays where it is
-    const float4 lo = *reinterpret_cast<const float4*>(row(0)), hi = *reinterpret_cast<const float4*>(row(0) + 4);
-    *reinterpret_cast<float4*>(start + k * kStitchCols) = lo;
-    *reinterpret_cast<float4*>(start + k * kStitchCols + 4) = hi;
-  }
-  if (P <= 2) return;
-  load_map(1, 0);
+  int64_t bos, eos;
+  kdactl::sequence_bounds(a, n, bos, eos);
+  for (int i = k; i < (P + 31) / 32; i += K) warm[i] = 0u;
+  __syncthreads();
+  for (int p = k; p < P; p += K)
+    if (warm_start<K>(ws, sg, bos / C + n, h, H, p) >= 0) atomicOr(&warm[p / 32], 1u << (p % 32));
+  __syncthreads();
+  auto is_warm = [&](int p) { return (warm[p / 32] >> (p % 32)) & 1u; };
+  auto mapped = [&](int p) { return !is_warm(p + 1) && !is_warm(p); };  // step p needs M_p
+  auto next_mapped = [&](int p) {
+    while (p <= P - 2 && !mapped(p)) ++p;
+    return p;
+  };
+
+  load_start(0);  // S_1 (read only when segment 1 does not start warm, which is when it was written)
+  int buf = 0;
+  if (next_mapped(1) <= P - 2) load_map(next_mapped(1), 0);
   for (int p = 1; p <= P - 2; ++p) {
-    const int buf = (p - 1) % BUFS;
+    if (is_warm(p + 1)) continue;  // no replay reads S_{p+1}
+    if (is_warm(p)) {  // S_{p+1} = E_p, absolute: it stays where it is
+      load_start(p);
+      continue;
+    }
     const float4 e_lo = *reinterpret_cast<const float4*>(row(p)), e_hi = *reinterpret_cast<const float4*>(row(p) + 4);
-    if (BUFS == 2 && p + 1 <= P - 2) {
-      load_map(p + 1, p % BUFS);
+    const int next = next_mapped(p + 1);
+    if (BUFS == 2 && next <= P - 2) {
+      load_map(next, buf ^ 1);
       kdactl::cp_async_wait<1>();
     } else {
       kdactl::cp_async_wait_all();
@@ -99,7 +127,8 @@ __global__ void __launch_bounds__(K) kda_small_bh_stitch(const kdactl_kda_args a
     *reinterpret_cast<float4*>(start + k * kStitchCols + 4) = hi;
     *reinterpret_cast<float4*>(row(p)) = lo;  // S_{p+1}, where segment p + 1's replay reads it
     *reinterpret_cast<float4*>(row(p) + 4) = hi;
-    if (BUFS == 1 && p + 1 <= P - 2) load_map(p + 1, 0);
+    if (BUFS == 1 && next <= P - 2) load_map(next, 0);
+    if (BUFS == 2) buf ^= 1;
   }
 #endif
 }
@@ -107,13 +136,14 @@ __global__ void __launch_bounds__(K) kda_small_bh_stitch(const kdactl_kda_args a
 template <int K, int V>
 int launch_stitch(const kdactl_kda_args& a, const Segments& sg, int optin, cudaStream_t stream) {
   const dim3 grid(V / kStitchCols, a.heads, static_cast<unsigned>(a.batch));
-  auto bytes = [](int bufs) { return (static_cast<size_t>(bufs) * K * K + K * kStitchCols) * sizeof(float); };
+  const size_t warm_bits = (sg.count + 31) / 32 * sizeof(unsigned);
+  auto bytes = [&](int bufs) { return (static_cast<size_t>(bufs) * K * K + K * kStitchCols) * sizeof(float) + warm_bits; };
   const bool two = bytes(2) <= static_cast<size_t>(optin);
   auto kernel = two ? kda_small_bh_stitch<K, V, 2> : kda_small_bh_stitch<K, V, 1>;
   const size_t smem = bytes(two ? 2 : 1);
   if (smem > static_cast<size_t>(optin)) return KDACTL_ERR_UNSUPPORTED;
   if (int rc = set_smem(kernel, smem)) return rc;
-  kernel<<<grid, K, smem, stream>>>(a, sg);
+  kernel<<<grid, K, smem, stream>>>(a, static_cast<const unsigned char*>(a.workspace), sg);
   return kdactl_launch_status();
 }
 

@@ -11,7 +11,7 @@ from kdactl.kda.problem import KdaProblem
 from kdactl.kda.routes import small_bh_plan
 from kdactl.reference import error_ratio, kda_recurrent
 from kdactl.smoke import replay_equals_eager
-from tests.kda_inputs import make_inputs
+from tests.kda_inputs import carried_history_inputs, make_inputs
 from tests.test_kda_gpu import TOL, _check
 
 pytestmark = pytest.mark.gpu
@@ -48,6 +48,25 @@ def test_small_bh_batched(B, T, H, D, gdt, bdt):
 @pytest.mark.parametrize("g_range", [(-8.0, 0.0), (-0.01, 0.0), None], ids=["g-8..0", "g-0.01..0", "logsigmoid"])
 def test_small_bh_gates(g_range):
     x, s0 = make_inputs(1, 6000, 2, device="cuda", state_n=1, g_range=g_range, seed=12)
+    _check(x, s0, route="small_bh")
+
+
+@pytest.mark.parametrize("with_state", [False, True], ids=["nostate", "state"])
+def test_small_bh_warm_and_stitched_segments_in_one_sequence(with_state):
+    """Strong decay (warm starts) in the first half of each sequence, almost none (stitched starts)
+    in the second, and the stitch's steps between them."""
+    x, s0 = make_inputs(2, 8192, 2, device="cuda", state_n=2 if with_state else None, g_range=(-8.0, 0.0), seed=21)
+    x["g"][:, 4096:] *= 1e-3
+    assert _segments(2, 8192, 2) >= 4
+    _check(x, s0, route="small_bh")
+
+
+def test_small_bh_history_that_every_channel_forgets_but_the_state_keeps():
+    """carried_history_inputs: each chunk decays every key channel by e^-40 and still keeps a quarter
+    of the state. A warm start taken on a bound per channel would drop that history and miss o."""
+    x = carried_history_inputs(8192, H=2, device="cuda")
+    s0 = torch.randn(1, 2, 128, 128, device="cuda")
+    assert _segments(1, 8192, 2) >= 4
     _check(x, s0, route="small_bh")
 
 
