@@ -465,6 +465,10 @@ struct Segments {
   int64_t chunks = 0;     // chunks per segment
   int count = 1;          // segments per sequence
   bool bounded = false;   // the blocks hold the chunk maps' bounds (kDropLog2): segments may start warm
+  // Varlen (route small_bh's unit table, one entry per unit: a sequence's segments are consecutive
+  // units, each of at most `chunks` chunks, so one long sequence is cut and short ones are whole):
+  int* unit_seq = nullptr;   // [units]: the sequence of each unit, -1 past the last; nullptr: fixed layout
+  int* seq_unit0 = nullptr;  // [N + 1]: each sequence's first unit, and the count of units
   float* ends = nullptr;  // [N][count][H][K][V]: E, overwritten by the stitch with the next start state
   float* maps = nullptr;  // [N][count][H][K][K]: M transposed (M^T[j][k] = M[k][j])
   bool longest_first = false;  // Pass::kWhole: run the sequences longest first (longest_first below)
@@ -562,13 +566,18 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int H = a.heads;
-  // Sequence n, segment p (of sg.count), and for kReduce whether this CTA maps M (homogeneous).
+  // Sequence n, segment p of its `segments`, and for kReduce whether this CTA maps M (homogeneous).
   const bool homogeneous = PASS == Pass::kReduce && (bz & 1);
   const int64_t z = PASS == Pass::kReduce ? bz / 2 : bz;
-  const int64_t n = PASS != Pass::kWhole ? z / sg.count : sg.longest_first ? longest_first<WARPS * 32>(a, z) : z;
-  const int p = PASS == Pass::kWhole ? 0 : static_cast<int>(z % sg.count);
+  int64_t n = PASS != Pass::kWhole ? z / sg.count : sg.longest_first ? longest_first<WARPS * 32>(a, z) : z;
+  int p = PASS == Pass::kWhole ? 0 : static_cast<int>(z % sg.count), segments = sg.count;
+  if (PASS != Pass::kWhole && sg.unit_seq) {
+    n = sg.unit_seq[z];
+    if (n < 0) return;  // past the last unit
+    p = static_cast<int>(z - sg.seq_unit0[n]), segments = sg.seq_unit0[n + 1] - sg.seq_unit0[n];
+  }
   // The last segment's map is never needed, nor segment 0's M (its start state is known).
-  if (PASS == Pass::kReduce && (p == sg.count - 1 || (homogeneous && p == 0))) return;
+  if (PASS == Pass::kReduce && (p == segments - 1 || (homogeneous && p == 0))) return;
   const int v_cta = vx * VS, vw = warp * 16;
   int64_t bos, eos;
   sequence_bounds(a, n, bos, eos);
@@ -805,7 +814,7 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
   float* sf = a.final_state && slot >= 0 ? a.final_state + state_base : nullptr;
   bool sf_v_first = a.state_v_first;
   if (PASS == Pass::kReduce) sf = sg.ends + seg_base * K * V, sf_v_first = false;
-  if (PASS == Pass::kReplay && p != sg.count - 1) sf = nullptr;
+  if (PASS == Pass::kReplay && p != segments - 1) sf = nullptr;
   if (sf) {
 #pragma unroll
     for (int j = 0; j < K / 8; ++j) {

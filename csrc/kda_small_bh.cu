@@ -11,7 +11,8 @@
 // A segment whose preceding chunks provably forget their history (warm_start, kda_chunk.cuh) starts
 // from a zero state a few chunks early instead and needs no stitched start: where every segment does
 // (strongly decaying gates), steps 2 and 3 do nothing and the replay alone runs the recurrence.
-// Fixed-length layout only (segments are cut at fixed chunk indices), K == V.
+// Fixed and varlen layouts (varlen: the units of kda_small_bh_units, so that a batch is balanced by its
+// tokens, not by its sequences), K == V.
 #include "kda_chunk_launch.cuh"
 
 namespace {
@@ -22,28 +23,85 @@ using kdactl::cp_async_commit;
 
 constexpr int kStitchCols = 8;  // value columns per stitch CTA
 
+// Fixed layout: the segments of every sequence. Varlen: the most units the batch can need (each
+// sequence max(1, ceil(chunks / segment_chunks)) of them, and its chunks at most its slots).
 int64_t segment_count(const kdactl_kda_args& a) {
   const int64_t chunks = (a.seqlen + C - 1) / C;
   return (chunks + a.segment_chunks - 1) / a.segment_chunks;
 }
+int64_t unit_count(const kdactl_kda_args& a) {
+  if (a.cu_seqlens == nullptr) return a.batch * segment_count(a);
+  return (num_slots(a) + a.segment_chunks - 1) / a.segment_chunks + a.batch;
+}
 
-// Workspace: the prepared blocks, then E [N][P][H][K][V] and M^T [N][P][H][K][K] in fp32.
+// Workspace: the prepared blocks, then per (unit, head) E [K][V] and M^T [K][K] in fp32, then (varlen)
+// the unit table: unit_seq [units] and seq_unit0 [N + 1], int32.
 template <int K, int V>
 uint64_t workspace_bytes(const kdactl_kda_args& a) {
-  const uint64_t states = static_cast<uint64_t>(a.batch) * segment_count(a) * a.heads;
-  return blocks_bytes<K>(a) + states * (K * V + K * K) * sizeof(float);
+  const uint64_t states = static_cast<uint64_t>(unit_count(a)) * a.heads;
+  const uint64_t table = a.cu_seqlens ? (unit_count(a) + a.batch + 1) * sizeof(int) : 0;
+  return blocks_bytes<K>(a) + states * (K * V + K * K) * sizeof(float) + table;
 }
 
 template <int K, int V>
 Segments segments_of(const kdactl_kda_args& a) {
   Segments sg;
   sg.chunks = a.segment_chunks;
-  sg.count = static_cast<int>(segment_count(a));
+  sg.count = static_cast<int>(a.cu_seqlens ? unit_count(a) : segment_count(a));  // varlen: a bound per sequence
   sg.bounded = true;  // the prepare pass stores every chunk's bound when segment_chunks > 0
   unsigned char* base = static_cast<unsigned char*>(a.workspace) + blocks_bytes<K>(a);
+  const int64_t states = unit_count(a) * a.heads;
   sg.ends = reinterpret_cast<float*>(base);
-  sg.maps = sg.ends + static_cast<int64_t>(a.batch) * sg.count * a.heads * K * V;
+  sg.maps = sg.ends + states * K * V;
+  if (a.cu_seqlens) {
+    sg.unit_seq = reinterpret_cast<int*>(sg.maps + states * K * K);
+    sg.seq_unit0 = sg.unit_seq + unit_count(a);
+  }
   return sg;
+}
+
+// Varlen: the unit table, by one CTA. Sequence m gets max(1, ceil(chunks_m / segment_chunks)) units
+// (an empty one too: its unit writes its final state), numbered by a scan over the sequences.
+constexpr int kTableThreads = 256;
+__global__ void __launch_bounds__(kTableThreads) kda_small_bh_units(const kdactl_kda_args a, const Segments sg,
+                                                                    int64_t units) {
+#ifdef KDACTL_ARCH_MISMATCH
+  __trap();
+#else
+  __shared__ int scan[kTableThreads];
+  __shared__ int carry;
+  const int t = threadIdx.x;
+  if (t == 0) carry = 0;
+  for (int64_t base = 0; base < a.batch; base += kTableThreads) {
+    const int64_t m = base + t;
+    int count = 0;
+    if (m < a.batch) {
+      int64_t bos, eos;
+      kdactl::sequence_bounds(a, m, bos, eos);
+      const int64_t chunks = (eos - bos + C - 1) / C;
+      count = chunks > sg.chunks ? static_cast<int>((chunks + sg.chunks - 1) / sg.chunks) : 1;
+    }
+    __syncthreads();  // the last round's carry is in, and its scan read
+    scan[t] = count;
+    __syncthreads();
+    for (int offset = 1; offset < kTableThreads; offset <<= 1) {  // inclusive scan
+      const int x = t >= offset ? scan[t - offset] : 0;
+      __syncthreads();
+      scan[t] += x;
+      __syncthreads();
+    }
+    const int first = carry + scan[t] - count;
+    if (m < a.batch) {
+      sg.seq_unit0[m] = first;
+      for (int i = 0; i < count; ++i) sg.unit_seq[first + i] = static_cast<int>(m);
+    }
+    __syncthreads();  // everyone has read carry
+    if (t == kTableThreads - 1) carry += scan[t];
+  }
+  __syncthreads();
+  for (int64_t z = carry + t; z < units; z += kTableThreads) sg.unit_seq[z] = -1;
+  if (t == 0) sg.seq_unit0[a.batch] = carry;
+#endif
 }
 
 // One CTA per (sequence, head, kStitchCols value columns), thread k owns row k of the start state.
@@ -62,9 +120,10 @@ __global__ void __launch_bounds__(K)
   unsigned* warm = reinterpret_cast<unsigned*>(start + K * kStitchCols);  // bit p: segment p starts warm
   const int k = threadIdx.x, col0 = blockIdx.x * kStitchCols, h = blockIdx.y, H = a.heads;
   const int64_t n = blockIdx.z;
-  const int P = sg.count;
+  const int64_t unit0 = sg.seq_unit0 ? sg.seq_unit0[n] : n * sg.count;  // this sequence's segment 0
+  const int P = sg.seq_unit0 ? sg.seq_unit0[n + 1] - static_cast<int>(unit0) : sg.count;
   if (P <= 2) return;  // S_1 = E_0 is where segment 1's replay reads it
-  auto seg = [&](int p) { return (n * P + p) * H + h; };
+  auto seg = [&](int p) { return (unit0 + p) * H + h; };
   auto load_map = [&](int p, int buf) {
     const float* src = sg.maps + seg(p) * K * K;
     for (int i = k; i < K * K / 4; i += K) cp_async16(maps + buf * K * K + 4 * i, src + 4 * i);
@@ -162,18 +221,22 @@ template <int K, int V>
 int launch(const kdactl_kda_args& a, int optin, cudaStream_t stream) {
   if (a.workspace == nullptr || a.workspace_bytes < workspace_bytes<K, V>(a)) return KDACTL_ERR_BAD_WORKSPACE;
   const Segments sg = segments_of<K, V>(a);
-  if (2 * a.batch * sg.count > KDACTL_MAX_GRID_DIM) return KDACTL_ERR_BAD_SEGMENT_CHUNKS;  // the reduction's grid z
+  const int64_t units = unit_count(a);
+  if (2 * units > KDACTL_MAX_GRID_DIM) return KDACTL_ERR_BAD_SEGMENT_CHUNKS;  // the reduction's grid z
   const RecurShape rs = tuned(kPlanned, a.tuning);
   if (int rc = launch_prepare<K>(a, stream)) return rc;
-  if (int rc = launch_pass<K, V, Pass::kReduce>(a, sg, 2 * a.batch * sg.count, rs, optin, stream)) return rc;
+  if (sg.unit_seq) {
+    kda_small_bh_units<<<1, kTableThreads, 0, stream>>>(a, sg, units);
+    if (int rc = kdactl_launch_status()) return rc;
+  }
+  if (int rc = launch_pass<K, V, Pass::kReduce>(a, sg, 2 * units, rs, optin, stream)) return rc;
   if (int rc = launch_stitch<K, V>(a, sg, optin, stream)) return rc;
-  return launch_pass<K, V, Pass::kReplay>(a, sg, a.batch * sg.count, rs, optin, stream);
+  return launch_pass<K, V, Pass::kReplay>(a, sg, units, rs, optin, stream);
 }
 
 // 0 when this route has a kernel for `a`, else the code naming the argument that stops it.
 int argument_error(const kdactl_kda_args& a) {
   if (int rc = head_error(a)) return rc;
-  if (a.cu_seqlens != nullptr) return KDACTL_ERR_BAD_CU_SEQLENS;
   return a.segment_chunks > 0 ? 0 : KDACTL_ERR_BAD_SEGMENT_CHUNKS;
 }
 
@@ -190,7 +253,7 @@ extern "C" int kdactl_kda_small_bh(const kdactl_kda_args* args, void* stream) {
   const kdactl_kda_args& a = *args;
   if (int rc = argument_error(a)) return rc;
   if (sms == 0) return 0;
-  if (segment_count(a) < 1) return KDACTL_ERR_BAD_SEQLEN;  // T = 0: the plan never sends it here
+  if (unit_count(a) < 1) return KDACTL_ERR_BAD_SEQLEN;  // T = 0: the plan never sends it here
   auto s = static_cast<cudaStream_t>(stream);
   return a.key_dim == 64 ? launch<64, 64>(a, optin, s) : launch<128, 128>(a, optin, s);
 }

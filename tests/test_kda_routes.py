@@ -113,7 +113,6 @@ def test_small_bh_covers_every_chunk_exactly():
 
 
 @pytest.mark.parametrize("p,reason", [
-    (problem(T=8192, varlen=True, N=2), "needs the fixed-length layout"),
     (problem(T=8192, K=64, V=128), "needs K == V, got K=64 V=128"),
     (problem(T=48, H=1), "needs 4 chunks of 16 tokens (two segments), got T=48"),
     (problem(T=8192, H=128), "N x H = 128 already fills the GPU (256 recurrence CTAs for 132 SMs)"),
@@ -221,3 +220,19 @@ def test_a_state_pool_keeps_small_bh_out_and_auto_picks_another_route():
     assert select_route(p, H200) == "small_bh"
     pooled = dataclasses.replace(p, state_pool=True)
     assert "state pool" in eligibility(pooled, H200)["small_bh"] and select_route(pooled, H200) == "chunk"
+
+
+def test_small_bh_cuts_a_varlen_batch_by_its_tokens_and_auto_keeps_chunk():
+    """A varlen batch is cut as one sequence of its total chunks (its lengths are on the device): the
+    same segment length for every sequence, so one long sequence gets many segments and short ones
+    stay whole. Auto keeps chunk there until small_bh is measured on varlen batches."""
+    from kdactl.kda.routes import small_bh_plan
+
+    mixed = problem(T=16384 + 512 + 300 + 1200 + 64, H=16, varlen=True, N=5)  # suite production's MIXED_VARLEN
+    fixed_like = problem(T=mixed.seqlen, H=16)  # one sequence of the same tokens
+    assert small_bh_plan(mixed, H200) == small_bh_plan(fixed_like, H200)
+    assert small_bh_plan(mixed, H200).lanes == 16 * 2
+    assert eligibility(mixed, H200)["small_bh"] is None
+    d = decide_route(mixed, H200)
+    assert d.route == "chunk" and "not yet measured" in d.rejected["small_bh"]
+    assert select_route(mixed, H200, "small_bh") == "small_bh"

@@ -8,6 +8,7 @@ import torch
 from kdactl.kda import KdaWorkspace, prefill, select_route
 from kdactl.kda.op import device_info
 from kdactl.kda.problem import KdaProblem
+from kdactl.kda.inputs import random_inputs
 from kdactl.kda.routes import small_bh_plan
 from kdactl.reference import error_ratio, kda_recurrent
 from kdactl.smoke import replay_equals_eager
@@ -85,11 +86,16 @@ def test_small_bh_long_matches_direct_and_reference_prefix(T, with_state):
     assert eo <= TOL and es <= TOL and ep <= TOL, f"vs direct o={eo:.2e} state={es:.2e}; prefix vs fp64 {ep:.2e}"
 
 
-def test_small_bh_forced_on_varlen_is_value_error():
-    x, _ = make_inputs(1, 4096, 2, device="cuda")
-    cu = torch.tensor([0, 1000, 4096], dtype=torch.int32, device="cuda")
-    with pytest.raises(ValueError, match="route 'small_bh' is not eligible: needs the fixed-length layout"):
-        prefill(**x, cu_seqlens=cu, route="small_bh")
+@pytest.mark.parametrize("g_range", [(-8.0, 0.0), (-0.01, 0.0)], ids=["warm", "stitched"])
+@pytest.mark.parametrize("with_state", [False, True], ids=["nostate", "state"])
+@pytest.mark.parametrize("lengths", [(16384, 512, 300, 1200, 64), (2800, 0, 1296, 17), (5000,)],
+                         ids=["one-long", "empty-and-short", "single"])  # fmt: skip
+def test_small_bh_varlen(lengths, with_state, g_range):
+    """Varlen batches cut by tokens: the long sequence in many segments, short and empty ones whole,
+    with warm and with stitched starts, int32 and int64 cu_seqlens."""
+    x, s0, cu = random_inputs(1, 0, 2, lengths=lengths, device="cuda", seed=len(lengths), g_range=g_range,
+                              with_state=with_state, cu_dtype=torch.int32 if with_state else torch.int64)  # fmt: skip
+    _check(x, s0, cu, route="small_bh")
 
 
 def test_auto_takes_small_bh_for_few_heads_and_matches_forced():

@@ -81,15 +81,17 @@ SMALL_BH_MIN_SEGMENT = 2
 
 @dataclass(frozen=True)
 class SegmentPlan:
-    segments: int  # per sequence; fewer than 2 means the route is not eligible
+    segments: int  # per sequence (varlen: of the whole batch); fewer than 2 means the route is not eligible
     segment_chunks: int  # chunks per segment (the last one may be shorter)
-    lanes: int  # recurrence CTAs per segment index: sequences x heads x value slices
+    lanes: int  # recurrence CTAs per segment index: sequences x heads x value slices (varlen: heads x slices)
 
 
 def small_bh_plan(p: KdaProblem, dev: DeviceInfo) -> SegmentPlan:
-    """How route small_bh would cut this problem's sequences (what the C launcher is given)."""
+    """How route small_bh would cut this problem's sequences (what the C launcher is given). A varlen
+    batch is cut as if its sequences were one: its lengths are on the device, and segments of one
+    length cut a long sequence into many and leave short ones whole (balanced by tokens)."""
     chunks = -(-p.seqlen // CHUNK)
-    lanes = p.num_seqs * p.heads * max(1, p.value_dim // 64)
+    lanes = (1 if p.varlen else p.num_seqs) * p.heads * max(1, p.value_dim // 64)
     wanted = SMALL_BH_CTAS_PER_SM * dev.sm_count // (2 * lanes) + 1 if lanes else 0
     segments = min(wanted, chunks // SMALL_BH_MIN_SEGMENT, max(2, math.isqrt(chunks // 2)))
     if segments < 2:
@@ -99,8 +101,6 @@ def small_bh_plan(p: KdaProblem, dev: DeviceInfo) -> SegmentPlan:
 
 
 def _small_bh(p: KdaProblem, dev: DeviceInfo) -> Optional[str]:
-    if p.varlen:
-        return "needs the fixed-length layout (segments are cut at fixed chunk indices)"
     if p.state_pool:
         return "reads the start state again in its replay: a state pool updated in place would race it"
     if p.key_dim != p.value_dim:
@@ -178,7 +178,9 @@ def preference(p: KdaProblem, dev: DeviceInfo) -> tuple[tuple[str, str], ...]:
         return ("direct", why), ("chunk", f"slower than direct at {why}"), ("small_bh", f"slower than direct at {why}")
     why = f"{tps:.0f} tokens per sequence >= {CHUNK_MIN_TOKENS}"
     segments = small_bh_plan(p, dev).segments
-    if p.seqlen < SMALL_BH_MIN_TOKENS:
+    if p.varlen:
+        seg_why = "varlen batches: not yet measured against chunk on a GPU, so taken only when forced"
+    elif p.seqlen < SMALL_BH_MIN_TOKENS:
         seg_why = f"T={p.seqlen} < {SMALL_BH_MIN_TOKENS}"
     elif segments >= SMALL_BH_MIN_SEGMENTS:
         seg_why = f"{segments} segments per sequence >= {SMALL_BH_MIN_SEGMENTS}"
