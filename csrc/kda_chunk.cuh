@@ -469,6 +469,9 @@ struct Segments {
   // units, each of at most `chunks` chunks, so one long sequence is cut and short ones are whole):
   int* unit_seq = nullptr;   // [units]: the sequence of each unit, -1 past the last; nullptr: fixed layout
   int* seq_unit0 = nullptr;  // [N + 1]: each sequence's first unit, and the count of units
+  // A state pool's start states [N][H] (the caller's layout), copied before any pass: the last segment
+  // writes a sequence's final state into its slot while other segments may still read the start there.
+  float* starts = nullptr;
   float* ends = nullptr;  // [N][count][H][K][V]: E, overwritten by the stitch with the next start state
   float* maps = nullptr;  // [N][count][H][K][K]: M transposed (M^T[j][k] = M[k][j])
   bool longest_first = false;  // Pass::kWhole: run the sequences longest first (longest_first below)
@@ -599,6 +602,7 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
   // The caller's states are [K][V] or V-first [V][K]; small_bh's own segment states are [K][V].
   auto at = [](bool v_first, int key, int col) { return state_offset(v_first, key, col, K, V); };
   const float* s0 = a.initial_state && slot >= 0 && c_begin == 0 ? a.initial_state + state_base : nullptr;
+  if (s0 && PASS != Pass::kWhole && sg.starts) s0 = sg.starts + (n * H + h) * K * V;
   bool s0_v_first = a.state_v_first;
   if (PASS == Pass::kReplay && warm < 0) s0 = sg.ends + (seg_base - H) * K * V, s0_v_first = false;  // the stitched start
 #pragma unroll

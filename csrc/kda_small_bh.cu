@@ -12,7 +12,7 @@
 // from a zero state a few chunks early instead and needs no stitched start: where every segment does
 // (strongly decaying gates), steps 2 and 3 do nothing and the replay alone runs the recurrence.
 // Fixed and varlen layouts (varlen: the units of kda_small_bh_units, so that a batch is balanced by its
-// tokens, not by its sequences), K == V.
+// tokens, not by its sequences), state pools (their start states kept apart first), K == V.
 #include "kda_chunk_launch.cuh"
 
 namespace {
@@ -34,13 +34,15 @@ int64_t unit_count(const kdactl_kda_args& a) {
   return (num_slots(a) + a.segment_chunks - 1) / a.segment_chunks + a.batch;
 }
 
-// Workspace: the prepared blocks, then per (unit, head) E [K][V] and M^T [K][K] in fp32, then (varlen)
-// the unit table: unit_seq [units] and seq_unit0 [N + 1], int32.
+// Workspace: the prepared blocks, then per (unit, head) E [K][V] and M^T [K][K] in fp32, then with a
+// state pool the start states [N][H][K][V] fp32, then (varlen) the unit table: unit_seq [units] and
+// seq_unit0 [N + 1], int32.
 template <int K, int V>
 uint64_t workspace_bytes(const kdactl_kda_args& a) {
   const uint64_t states = static_cast<uint64_t>(unit_count(a)) * a.heads;
+  const uint64_t starts = a.state_indices ? static_cast<uint64_t>(a.batch) * a.heads * K * V * sizeof(float) : 0;
   const uint64_t table = a.cu_seqlens ? (unit_count(a) + a.batch + 1) * sizeof(int) : 0;
-  return blocks_bytes<K>(a) + states * (K * V + K * K) * sizeof(float) + table;
+  return blocks_bytes<K>(a) + states * (K * V + K * K) * sizeof(float) + starts + table;
 }
 
 template <int K, int V>
@@ -53,11 +55,28 @@ Segments segments_of(const kdactl_kda_args& a) {
   const int64_t states = unit_count(a) * a.heads;
   sg.ends = reinterpret_cast<float*>(base);
   sg.maps = sg.ends + states * K * V;
+  float* after = sg.maps + states * K * K;
+  if (a.state_indices) sg.starts = after, after += a.batch * a.heads * K * V;
   if (a.cu_seqlens) {
-    sg.unit_seq = reinterpret_cast<int*>(sg.maps + states * K * K);
+    sg.unit_seq = reinterpret_cast<int*>(after);
     sg.seq_unit0 = sg.unit_seq + unit_count(a);
   }
   return sg;
+}
+
+// A state pool's start states into sg.starts, one CTA per (sequence, head) (a sequence without a slot
+// starts from zero and is never read there).
+template <int K, int V>
+__global__ void __launch_bounds__(256) kda_small_bh_keep_starts(const kdactl_kda_args a, const Segments sg) {
+#ifdef KDACTL_ARCH_MISMATCH
+  __trap();
+#else
+  const int64_t n = blockIdx.x, h = blockIdx.y, slot = kdactl::state_slot(a, n);
+  if (slot < 0 || a.initial_state == nullptr) return;
+  const float4* src = reinterpret_cast<const float4*>(a.initial_state + (slot * a.heads + h) * K * V);
+  float4* dst = reinterpret_cast<float4*>(sg.starts + (n * a.heads + h) * K * V);
+  for (int i = threadIdx.x; i < K * V / 4; i += blockDim.x) dst[i] = src[i];
+#endif
 }
 
 // Varlen: the unit table, by one CTA. Sequence m gets max(1, ceil(chunks_m / segment_chunks)) units
@@ -225,6 +244,10 @@ int launch(const kdactl_kda_args& a, int optin, cudaStream_t stream) {
   if (2 * units > KDACTL_MAX_GRID_DIM) return KDACTL_ERR_BAD_SEGMENT_CHUNKS;  // the reduction's grid z
   const RecurShape rs = tuned(kPlanned, a.tuning);
   if (int rc = launch_prepare<K>(a, stream)) return rc;
+  if (sg.starts) {
+    kda_small_bh_keep_starts<K, V><<<dim3(static_cast<unsigned>(a.batch), a.heads), 256, 0, stream>>>(a, sg);
+    if (int rc = kdactl_launch_status()) return rc;
+  }
   if (sg.unit_seq) {
     kda_small_bh_units<<<1, kTableThreads, 0, stream>>>(a, sg, units);
     if (int rc = kdactl_launch_status()) return rc;

@@ -18,7 +18,7 @@ from kdactl.jit.command import compile_targets
 from kdactl.jit.library import (EXPECTED_CONSTANTS, KdaArgs, KernelArgumentError, Kernels, KernelError, check_tables,
                                 load_kernels, open_kernels, open_library)  # fmt: skip
 from kdactl.jit.selftest import BLOCK, compare, expected_values, mix, run_selftest
-from kdactl.kda.routes import ROUTE_TABLE, ROUTES
+from kdactl.kda.routes import ROUTE_IDS, ROUTE_TABLE, ROUTES
 from kdactl.settings import Settings
 from kdactl.targets import get_target
 
@@ -227,6 +227,12 @@ def test_the_real_library_exports_the_registry_and_names_bad_arguments(tmp_path,
     shapes = KdaArgs(batch=1, seqlen=64, heads=2, key_dim=128, value_dim=128, segment_chunks=2)
     sizes = {r.name: kernels.workspace_bytes(r.id, shapes) for r in ROUTE_TABLE}
     assert sizes["direct"] == 0 and sizes["small_bh"] > sizes["chunk"] > 0
+    # Varlen (3 sequences, 200 tokens): a table of units besides; no pointer is read for the size.
+    packed = KdaArgs(batch=3, seqlen=200, heads=2, key_dim=128, value_dim=128, segment_chunks=2, cu_seqlens=16)
+    units = -(-(200 // 16 + 3) // 2) + 3  # ceil(slots / segment_chunks) + N
+    blocks = (200 // 16 + 3) * 2 * 14864  # slots x heads x a block's bytes (csrc/kda_chunk.cuh Block<128>)
+    want = blocks + units * 2 * (128 * 128 * 2) * 4 + (units + 3 + 1) * 4
+    assert kernels.workspace_bytes(ROUTE_IDS["small_bh"], packed) == want
     out = ctypes.c_uint64(0)
     assert lib.kdactl_error_argument(lib.kdactl_kda_workspace_bytes(ctypes.byref(shapes), len(ROUTES), ctypes.byref(out))) == b"route"
 

@@ -127,7 +127,7 @@ def _pool_reference(x, cu, before):
 
 
 @pytest.mark.parametrize("layout", ["fixed", "varlen"])
-@pytest.mark.parametrize("route", ["direct", "chunk"])
+@pytest.mark.parametrize("route", ["direct", "chunk", "small_bh"])
 def test_state_pool_reads_and_writes_its_slots_in_place(route, layout):
     x, cu, pool, idx = _pool_case(layout, seed=len(route + layout))
     before = pool.clone()
@@ -142,10 +142,8 @@ def test_state_pool_reads_and_writes_its_slots_in_place(route, layout):
         assert torch.equal(pool[untouched], before[untouched]), f"slot {untouched} was written"
 
 
-def test_state_pool_refuses_small_bh_and_explicit_states():
+def test_state_pool_refuses_explicit_states():
     x, cu, pool, idx = _pool_case("fixed")
-    with pytest.raises(ValueError, match="route 'small_bh' is not eligible: reads the start state again"):
-        prefill(**x, route="small_bh", state_pool=pool, state_indices=idx)
     with pytest.raises(ValueError, match="state_pool holds the initial and final states"):
         prefill(**x, state_pool=pool, state_indices=idx, output_final_state=True)
 

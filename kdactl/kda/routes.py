@@ -101,8 +101,6 @@ def small_bh_plan(p: KdaProblem, dev: DeviceInfo) -> SegmentPlan:
 
 
 def _small_bh(p: KdaProblem, dev: DeviceInfo) -> Optional[str]:
-    if p.state_pool:
-        return "reads the start state again in its replay: a state pool updated in place would race it"
     if p.key_dim != p.value_dim:
         return f"needs K == V, got K={p.key_dim} V={p.value_dim}"
     plan = small_bh_plan(p, dev)
