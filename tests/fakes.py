@@ -203,3 +203,14 @@ def providers(
 
 def settings(**env: str) -> Settings:
     return Settings.from_env({"HOME": "/nonexistent", **env})
+
+
+def process_running(pid: int) -> bool:
+    """Alive and not a zombie: a fake's process that was ended may wait long for a reaper (here,
+    PID 1 of a container may never reap it)."""
+    from kdactl.proc import parse_proc_stat
+
+    try:
+        return parse_proc_stat(Path(f"/proc/{pid}/stat").read_text())[0] != "Z"
+    except OSError:
+        return False
