@@ -19,6 +19,7 @@ from kdactl.jit import cache
 from kdactl.jit.build import _locked, build_library, first_errors, lookup_cached
 from kdactl.jit.spec import kernel_library_spec
 from kdactl.targets import get_target
+from tests.fakes import write_fake_nvcc
 
 FAKE_TOOLKIT = Toolkit(nvcc="/nonexistent/nvcc", version=(13, 0), banner="fake")
 
@@ -194,6 +195,41 @@ def test_lock_of_a_killed_build_does_not_wedge(tmp_path):
     with _locked(tmp_path / "k.lock", 5.0):
         pass
     assert time.monotonic() - start < 2.0
+
+
+# --- builds with a fake nvcc ----------------------------------------------------------------------
+
+
+def test_fake_build_reports_every_ninja_step_and_publishes(tmp_path, tiny_csrc):
+    spec = _spec(tiny_csrc)
+    toolkit = Toolkit(str(write_fake_nvcc(tmp_path)), (13, 0), "fake")
+    steps = []
+
+    class Recorder:
+        def started(self, target, edges):
+            steps.append((target, edges))
+
+        def step(self, target, step):
+            steps.append((target, step.done, step.total, step.what))
+
+        def finished(self, target):
+            steps.append((target, "finished"))
+
+    result = build_library(spec, tmp_path / "cache", toolkit, progress=Recorder())
+    edges = len(spec.sources) + 1
+    assert steps[0] == ("sm_90a", edges) and steps[-1] == ("sm_90a", "finished")
+    assert [s[1] for s in steps[1:-1]] == list(range(1, edges + 1))
+    assert steps[-2] == ("sm_90a", edges, edges, "LINK libkdactl.so")
+    assert result.built and cache.check_entry(result.directory, "sm_90a", spec.source_hash()).ok
+
+
+def test_fake_compile_failure_is_reported_and_nothing_published(tmp_path, tiny_csrc):
+    spec = _spec(tiny_csrc)
+    toolkit = Toolkit(str(write_fake_nvcc(tmp_path, error="kda.cu(9): error: oops_undefined")), (13, 0), "fake")
+    with pytest.raises(BuildError, match=r"nvcc failed for sm_90a \(ninja exit 1\): kda.cu\(9\): error: oops_undefined"):
+        build_library(spec, tmp_path / "cache", toolkit)
+    key = spec.key_dir(tmp_path / "cache")
+    assert [p.name for p in key.parent.iterdir()] == [f"{key.name}.lock"]
 
 
 # --- real builds (nvcc) --------------------------------------------------------------------------
