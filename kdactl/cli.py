@@ -84,7 +84,7 @@ def build(
     """Build (JIT, cached) or load (AOT) the kernel library for this node, and run its self-test."""
     from kdactl.jit.command import build_command
 
-    _run(as_json, lambda s: build_command(s, targets=target, aot_dir=aot))
+    _run(as_json, lambda s: build_command(s, targets=target, aot_dir=aot, as_json=as_json))
 
 
 @app.command()
@@ -96,6 +96,7 @@ def bench(
     routes: Optional[str] = typer.Option(None, "--routes", help="Comma list of auto,direct,chunk,small_bh (default: auto and every route built)."),
     peers: str = typer.Option("fla", "--peers", help="Comma list of fla (chunk_kda with FLA_FLASH_KDA=0, fused_recurrent_kda), fla-chunk (chunk_kda alone), flashkda (flash_kda.fwd), cudnn (kda_hopper_cuda); all; or none."),
     config: Optional[str] = typer.Option(None, "--config", help="plain | lower-bound | softplus: how g, q/k and beta are given, for every shape (default: the suite's own; plain for --shape/--varlen)."),
+    gate_params: Optional[str] = typer.Option(None, "--gate-params", help="init | flashkda: how a gate from raw logits gets A_log and dt_bias (init: log U(1,16), N(0,1), some channels barely decay; flashkda: U(0,1), U(0,1) as FlashKDA's tests, all decay strongly). Default init."),
     iters: int = typer.Option(24, "--iters", help="Timed iterations per candidate and shape."),
     warmup: int = typer.Option(3, "--warmup", help="Untimed calls per candidate first (fla autotunes on the first)."),
     markdown: Optional[str] = typer.Option(None, "--markdown", help="Write a markdown table to FILE ('-': stdout, instead of the table)."),
@@ -113,7 +114,7 @@ def bench(
     from kdactl.bench import BenchOptions, run_bench
 
     opts = BenchOptions(suite=suite, shapes=tuple(shape or ()), varlens=tuple(varlen or ()), heads=heads,
-                        routes=routes, peers=peers, config=config, iters=iters, warmup=warmup, gate=gate,
+                        routes=routes, peers=peers, config=config, gate_params=gate_params, iters=iters, warmup=warmup, gate=gate,
                         record_baseline=record_baseline, baseline=baseline, tolerance=tolerance,
                         markdown=markdown, plot=plot, device=device, timer=timer, host=host, as_json=as_json)  # fmt: skip
     _run(as_json, lambda s: run_bench(s, opts))

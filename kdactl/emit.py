@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:  # rich is imported when something is printed: kdactl gate's start-up stays small
     from rich.console import Console
+    from rich.progress import Progress
     from kdactl.settings import Settings
 
 
@@ -30,6 +31,15 @@ def stderr_console() -> "Console":
     from rich.console import Console
 
     return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def stderr_progress_bar(console: "Console | None" = None) -> "Progress":
+    """A rich progress display on stderr (description, bar, done of all, elapsed time), gone once
+    stopped; it leaves stdout alone, where a --json document must stay whole."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console or stderr_console(), transient=True, redirect_stdout=False)  # fmt: skip
 
 
 def emit(report: Report, as_json: bool) -> None:

@@ -1,9 +1,9 @@
 """Child processes with a time limit, behind one small interface (tests pass a fake runner): the
 one process spawner of kdactl's runs (suite, sanitizers, certify's workers).
 
-Each child starts in a session of its own, so a timeout ends its whole process group, SIGTERM first
-(a worker can still stop its own children), SIGKILL after a grace: a hung kernel or a pytest that
-spawned helpers cannot outlive the limit.
+Each child starts in a session of its own, so a timeout ends its whole session, SIGTERM first (a
+worker can still stop its own children), SIGKILL after a grace: a hung kernel, a pytest that spawned
+helpers, or a compiler that ninja ran in a process group of its own cannot outlive the limit.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import signal
 import subprocess
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Protocol, Sequence
+from typing import Iterator, Mapping, Protocol, Sequence
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,25 @@ def end_children_on_term(grace_s: float = 1.0) -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Inside: SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so that one cleanup path (end the
+    children, drop temporary files) serves a supervisor's kill too. Only in the main thread and
+    where SIGTERM has its default action: a process with a handler of its own keeps it."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def run_process(cmd: Sequence[str], *, env: Mapping[str, str], timeout_s: float, cwd: Path | None = None,
                 log: Path | None = None, children: Children | None = None) -> ProcResult:  # fmt: skip
     """The real runner: output captured (or written to ``log``, and its end returned), process
@@ -125,10 +145,10 @@ def run_process(cmd: Sequence[str], *, env: Mapping[str, str], timeout_s: float,
 
 
 def kill_groups(procs: Sequence[subprocess.Popen], grace_s: float = KILL_GRACE_S) -> None:
-    """SIGTERM every child's process group, wait out one grace period for all of them together,
-    then SIGKILL whatever of each group is left."""
+    """SIGTERM every child's session, wait out one grace period for all of them together, then
+    SIGKILL whatever of each session is left."""
     for proc in procs:
-        _killpg(proc, signal.SIGTERM)
+        _signal_session(proc, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     for proc in procs:
         try:
@@ -136,15 +156,47 @@ def kill_groups(procs: Sequence[subprocess.Popen], grace_s: float = KILL_GRACE_S
         except subprocess.TimeoutExpired:
             pass
     for proc in procs:
-        _killpg(proc, signal.SIGKILL)  # the group's other members too (a pytest or sanitizer run)
+        _signal_session(proc, signal.SIGKILL)  # the other members too (a pytest or sanitizer run, compilers)
 
 
-def _killpg(proc: subprocess.Popen, sig: int) -> None:
+def _signal_session(proc: subprocess.Popen, sig: int) -> None:
+    """The child's process group, then every other process of its session: the child leads both
+    (start_new_session), and its descendants stay in the session even in groups of their own."""
     try:
-        os.killpg(proc.pid, sig)  # the child leads its own group (start_new_session)
+        os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         if sig == signal.SIGKILL and proc.poll() is None:
             proc.kill()
+    for pid in session_members(proc.pid):
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def session_members(session: int) -> list[int]:
+    """The live (not zombie) processes of a session, from /proc; [] where there is no /proc."""
+    try:
+        entries = [e.name for e in os.scandir("/proc") if e.name.isdigit()]
+    except OSError:
+        return []
+    members = []
+    for name in entries:
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                state, sid = parse_proc_stat(f.read())
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        if sid == session and state != "Z":
+            members.append(int(name))
+    return members
+
+
+def parse_proc_stat(text: str) -> tuple[str, int]:
+    """(state, session id) from /proc/PID/stat; the command name in parentheses may hold spaces
+    and parentheses itself, so fields are counted from its last ')'."""
+    fields = text[text.rindex(")") + 2 :].split()
+    return fields[0], int(fields[3])
 
 
 def _output(out: bytes | None, log: Path | None) -> str:

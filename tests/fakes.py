@@ -203,3 +203,42 @@ def providers(
 
 def settings(**env: str) -> Settings:
     return Settings.from_env({"HOME": "/nonexistent", **env})
+
+
+def write_fake_nvcc(directory: Path, *, sleep_s: float = 0.0, hang: bool = False, pid_file: Path | None = None,
+                    ignore_term: bool = False, error: str = "") -> Path:  # fmt: skip
+    """An executable stand-in for nvcc: answers --version as CUDA 13.0 does, and for a compile or
+    link writes a small file at its -o path after ``sleep_s``. ``pid_file``: each call appends its
+    pid; ``hang``: it never finishes (exec sleep, same pid); ``ignore_term``: SIGTERM and SIGINT
+    do not stop it, only SIGKILL does; ``error``: it prints that line and fails."""
+    script = directory / "nvcc"
+    lines = [
+        "#!/bin/sh",
+        'if [ "$1" = "--version" ]; then',
+        "  echo 'nvcc: NVIDIA (R) Cuda compiler driver'",
+        "  echo 'Cuda compilation tools, release 13.0, V13.0.48'",
+        "  echo 'Build cuda_13.0.r13.0/compiler.fake_0'",
+        "  exit 0",
+        "fi",
+        "trap '' TERM INT" if ignore_term else "",
+        f"echo $$ >> '{pid_file}'" if pid_file else "",
+        "exec sleep 600" if hang else "",
+        f"echo '{error}' >&2; exit 1" if error else "",
+        f"sleep {sleep_s}" if sleep_s else "",
+        'out=""; while [ $# -gt 0 ]; do [ "$1" = "-o" ] && out="$2"; shift; done',
+        "echo \"fake object $out\" > \"$out\"",
+    ]
+    script.write_text("\n".join(line for line in lines if line) + "\n")
+    script.chmod(0o755)
+    return script
+
+
+def process_running(pid: int) -> bool:
+    """Alive and not a zombie: a fake's process that was ended may wait long for a reaper (here,
+    PID 1 of a container may never reap it)."""
+    from kdactl.proc import parse_proc_stat
+
+    try:
+        return parse_proc_stat(Path(f"/proc/{pid}/stat").read_text())[0] != "Z"
+    except OSError:
+        return False

@@ -95,3 +95,17 @@ def test_auto_in_a_fused_config_is_called_as_an_engine_calls_fla(monkeypatch):
     assert seen["cu_seqlens_cpu"].device.type == "cpu" and seen["output_final_state"]
     assert {k: seen[k] for k in LOWER_BOUND.fla_flags()} == LOWER_BOUND.fla_flags()
     assert seen["state_v_first"] and seen["safe_gate"] and seen["lower_bound"] == -5.0
+
+
+def test_gate_params_draw_as_said():
+    """init: exp(A_log) in [1, 16), dt_bias N(0, 1); flashkda: A_log and dt_bias in [0, 1). The draw
+    decides the decay: with the init's some key channel of almost every token barely decays, with
+    FlashKDA's every channel decays."""
+    init = cand.make_inputs(dataclasses.replace(fixed(1, 64, 8), config=LOWER_BOUND.name), CPU)
+    fk = cand.make_inputs(dataclasses.replace(fixed(1, 64, 8), config=LOWER_BOUND.name, gate_params="flashkda"), CPU)
+    assert (init["A_log"].exp() >= 1).all() and (init["A_log"].exp() < 16).all() and init["dt_bias"].min() < 0
+    assert (fk["A_log"] >= 0).all() and (fk["A_log"] < 1).all()
+    assert (fk["dt_bias"] >= 0).all() and (fk["dt_bias"] < 1).all() and fk["dt_bias"].shape == (8 * 128,)
+    gates = {name: cand.recurrence_inputs(x)["g"] for name, x in (("init", init), ("flashkda", fk))}
+    least_decay = {name: g.max(dim=-1).values.mean() for name, g in gates.items()}  # each token's weakest channel
+    assert least_decay["init"] > -0.01 and least_decay["flashkda"] < -0.1, least_decay

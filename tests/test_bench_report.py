@@ -104,3 +104,12 @@ def test_peer_ratios_and_geomean_against_auto():
     assert "| B1-T64-H2-D128 | 2.000 | 3.000 (1.50x) | n/a |" in md
     assert "| geomean | 2.000 | 3.000 (1.50x) | — |" in md
     assert "flashkda.fwd [unavailable]: not installed" in md
+
+
+def test_gate_params_are_reported_with_their_configuration():
+    h = FakeHarness(times={"auto": 1.0})
+    r = report(h, shapes=("1,64,2",), routes="auto", peers="none", config="lower-bound", gate_params="flashkda")
+    assert "| lower-bound[flashkda]:B1-T64-H2-D128 |" in r.markdown()
+    assert "A_log ~ U(0,1), dt_bias ~ U(0,1): FlashKDA's tests/test_fwd.py" in r.markdown()
+    doc = r.to_json()
+    assert list(doc["configs"]) == ["lower-bound[flashkda]"] and "U(0,1)" in doc["configs"]["lower-bound[flashkda]"]["inputs"]

@@ -2,6 +2,10 @@
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,7 +17,10 @@ from kdactl.errors import Inconclusive, NoGpu, UnsupportedTarget
 from kdactl.jit.command import build_command
 from kdactl.jit.library import Kernels
 from kdactl.jit.selftest import SelftestResult
+from kdactl.jit.spec import kernel_library_spec
 from kdactl.settings import Settings
+from kdactl.targets import get_target
+from tests.fakes import process_running, write_fake_nvcc
 
 runner = CliRunner()
 
@@ -119,7 +126,7 @@ def _node(*gpus):
 
 
 def _loader(calls):
-    def load(settings, target, toolkit_provider, csrc):
+    def load(settings, target, toolkit_provider, csrc, progress):
         calls.append(target)
         return Kernels(None, Path(f"/cache/{target}/libkdactl.so"), target, "cache", {"target": target}, 0.0, 0.004)
 
@@ -192,3 +199,71 @@ def test_report_renders(tmp_path):
     report.render(console)
     text = console.export_text()
     assert "sm_90a: /cache/sm_90a/libkdactl.so (from cache" in text and "FAIL: 2 of 100" in text
+
+
+# --- progress and interruption, with a fake nvcc ------------------------------------------------------
+
+
+def _fake_build_env(env, tmp_path, **fake):
+    env.setenv("KDACTL_NVCC", str(write_fake_nvcc(tmp_path, **fake)))
+    env.setenv("KDACTL_CACHE_DIR", str(tmp_path / "cache"))
+    return len(kernel_library_spec(get_target("sm_90a")).sources) + 1  # ninja edges: one per .cu, one link
+
+
+def test_compile_reports_ninja_progress_on_stderr(env, tmp_path):
+    """Not a terminal and no --json (a log file): one stderr line per ninja edge done, from ninja's own count."""
+    edges = _fake_build_env(env, tmp_path)
+    result = runner.invoke(app, ["build", "--target", "sm_90a"])
+    assert result.exit_code == 0, result.stderr
+    steps = [ln for ln in result.stderr.splitlines() if ln.startswith("kdactl build: sm_90a [")]
+    assert [ln.split("[")[1].split("]")[0] for ln in steps] == [f"{i}/{edges}" for i in range(1, edges + 1)]
+    assert "LINK libkdactl.so" in steps[-1] and steps[-1].endswith(" s)")
+    assert "sm_90a: " in result.stdout and "built in" in result.stdout
+
+
+def test_compile_json_prints_one_document_and_no_progress(env, tmp_path):
+    _fake_build_env(env, tmp_path)
+    result = runner.invoke(app, ["build", "--target", "sm_90a", "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["libraries"][0]["origin"] == "built"
+    assert result.stderr == ""  # stderr is not a terminal here: no progress either
+
+
+def _wait_for(condition, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.parametrize("sig, stubborn", [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGINT, True)],
+                         ids=["SIGINT", "SIGTERM", "SIGINT-compiler-ignores-TERM"])  # fmt: skip
+def test_signal_to_kdactl_alone_ends_its_compilers(tmp_path, sig, stubborn):
+    """The signal goes to the kdactl process only, as a supervisor's kill does, not to its group:
+    the compilers end with it, no cache entry is left, and the exit is the CLI's interrupted 3."""
+    pids = tmp_path / "nvcc.pids"
+    cache_dir = tmp_path / "cache"
+    nvcc = write_fake_nvcc(tmp_path, hang=True, pid_file=pids, ignore_term=stubborn)
+    env = {k: v for k, v in os.environ.items() if k not in ("KDACTL_AOT_DIR", "KDACTL_CUDA_ARCH")}
+    env.update(KDACTL_NVCC=str(nvcc), KDACTL_CACHE_DIR=str(cache_dir))
+    kdactl = subprocess.Popen([sys.executable, "-m", "kdactl", "build", "--target", "sm_90a", "--json"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    compilers: list[int] = []
+    try:
+        assert _wait_for(lambda: pids.exists() and pids.read_text().strip(), 120), "the fake nvcc never started"
+        kdactl.send_signal(sig)
+        out, err = kdactl.communicate(timeout=30)
+        compilers = [int(p) for p in pids.read_text().split()]
+        assert _wait_for(lambda: not any(process_running(p) for p in compilers), 5), f"still running: {compilers}"
+    finally:
+        if kdactl.poll() is None:
+            kdactl.kill()
+        for pid in [int(p) for p in pids.read_text().split()] if pids.exists() else []:
+            if process_running(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert kdactl.returncode == 3, err
+    assert json.loads(out) == {"command": "build", "exit_code": 3, "error": "interrupted"}
+    key = kernel_library_spec(get_target("sm_90a")).key_dir(cache_dir)
+    assert [p.name for p in key.parent.iterdir()] == [f"{key.name}.lock"]  # no entry, no half-built temp folder

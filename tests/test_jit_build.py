@@ -19,6 +19,7 @@ from kdactl.jit import cache
 from kdactl.jit.build import _locked, build_library, first_errors, lookup_cached
 from kdactl.jit.spec import kernel_library_spec
 from kdactl.targets import get_target
+from tests.fakes import write_fake_nvcc
 
 FAKE_TOOLKIT = Toolkit(nvcc="/nonexistent/nvcc", version=(13, 0), banner="fake")
 
@@ -196,6 +197,41 @@ def test_lock_of_a_killed_build_does_not_wedge(tmp_path):
     assert time.monotonic() - start < 2.0
 
 
+# --- builds with a fake nvcc ----------------------------------------------------------------------
+
+
+def test_fake_build_reports_every_ninja_step_and_publishes(tmp_path, tiny_csrc):
+    spec = _spec(tiny_csrc)
+    toolkit = Toolkit(str(write_fake_nvcc(tmp_path)), (13, 0), "fake")
+    steps = []
+
+    class Recorder:
+        def started(self, target, edges):
+            steps.append((target, edges))
+
+        def step(self, target, step):
+            steps.append((target, step.done, step.total, step.what))
+
+        def finished(self, target):
+            steps.append((target, "finished"))
+
+    result = build_library(spec, tmp_path / "cache", toolkit, progress=Recorder())
+    edges = len(spec.sources) + 1
+    assert steps[0] == ("sm_90a", edges) and steps[-1] == ("sm_90a", "finished")
+    assert [s[1] for s in steps[1:-1]] == list(range(1, edges + 1))
+    assert steps[-2] == ("sm_90a", edges, edges, "LINK libkdactl.so")
+    assert result.built and cache.check_entry(result.directory, "sm_90a", spec.source_hash()).ok
+
+
+def test_fake_compile_failure_is_reported_and_nothing_published(tmp_path, tiny_csrc):
+    spec = _spec(tiny_csrc)
+    toolkit = Toolkit(str(write_fake_nvcc(tmp_path, error="kda.cu(9): error: oops_undefined")), (13, 0), "fake")
+    with pytest.raises(BuildError, match=r"nvcc failed for sm_90a \(ninja exit 1\): kda.cu\(9\): error: oops_undefined"):
+        build_library(spec, tmp_path / "cache", toolkit)
+    key = spec.key_dir(tmp_path / "cache")
+    assert [p.name for p in key.parent.iterdir()] == [f"{key.name}.lock"]
+
+
 # --- real builds (nvcc) --------------------------------------------------------------------------
 
 
@@ -275,6 +311,88 @@ def test_check_entry_refuses_an_entry_others_can_write(tmp_path, level):
     with pytest.raises(UnsafeCache, match=f"{writable.name} is writable by group or other") as err:
         cache.check_entry(tmp_path / "e", "sm_90a", "abc")
     assert err.value.exit_code == EXIT_USAGE
+
+
+# --- symlinks: judged where they lead ------------------------------------------------------------
+
+
+def _shared_folder(path: Path, mode: int) -> Path:
+    path.mkdir()
+    os.chmod(path, mode)
+    return path
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770])
+def test_entry_symlinked_into_a_folder_others_can_write_is_refused(tmp_path, mode):
+    """The entry itself is private, but others could swap it: its real folder is theirs to write."""
+    shared = _shared_folder(tmp_path / "shared", mode)
+    _fake_entry(shared / "e")
+    (tmp_path / "cache").mkdir(mode=0o700)
+    link = tmp_path / "cache" / "e"
+    link.symlink_to(shared / "e")
+    with pytest.raises(UnsafeCache, match="writable by group or other") as err:
+        cache.check_entry(link, "sm_90a", "abc")
+    assert f"{link} resolves to {shared / 'e'}" in str(err.value) and f"{shared} is writable" in str(err.value)
+    assert err.value.exit_code == EXIT_USAGE and "\n" not in str(err.value)
+
+
+def test_library_symlinked_into_a_folder_others_can_write_is_refused(tmp_path):
+    _fake_entry(tmp_path / "e")
+    drop = _shared_folder(tmp_path / "drop", 0o777)
+    library = tmp_path / "e" / "libkdactl.so"
+    library.rename(drop / "libkdactl.so")
+    library.symlink_to(drop / "libkdactl.so")
+    with pytest.raises(UnsafeCache, match=f"file {library} resolves to {drop / 'libkdactl.so'}.*{drop} is writable"):
+        cache.check_entry(tmp_path / "e", "sm_90a", "abc")
+
+
+def test_cache_dir_symlinked_to_a_writable_folder_names_both(tmp_path):
+    real = _shared_folder(tmp_path / "open", 0o777)
+    link = tmp_path / "kdactl"
+    link.symlink_to(real)
+    with pytest.raises(UnsafeCache, match=f"directory {link} resolves to {real}.*is writable by group or other"):
+        cache.ensure_private_dirs(link)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a directory to another user")
+def test_cache_dir_symlinked_into_another_users_folder_is_refused(tmp_path):
+    theirs = _shared_folder(tmp_path / "theirs", 0o755)
+    os.chown(theirs, 12345, 12345)
+    real = theirs / "kdactl"
+    real.mkdir(mode=0o700)  # ours, but in a folder whose owner can rename it away
+    link = tmp_path / "kdactl"
+    link.symlink_to(real)
+    with pytest.raises(UnsafeCache, match=f"{theirs} is owned by uid 12345"):
+        cache.ensure_private_dirs(link, link / "0.1.0")
+
+
+def test_cache_dir_symlinked_into_a_sticky_scratch_folder_is_accepted(tmp_path):
+    """/tmp-like (sticky, world-writable): nobody else can rename what we own in it."""
+    scratch = _shared_folder(tmp_path / "scratch", 0o1777)
+    real = scratch / "me"
+    real.mkdir(mode=0o700)
+    link = tmp_path / "kdactl"
+    link.symlink_to(real)
+    cache.ensure_private_dirs(link, link / "0.1.0" / "sm_90a")
+    assert (real / "0.1.0" / "sm_90a").is_dir()
+
+
+@pytest.mark.parametrize("mode, uid, shared, above, problem", [
+    (0o700, 1000, False, False, ""),
+    (0o755, 1000, False, False, ""),
+    (0o775, 1000, False, False, "writable by group or other (mode 0o775)"),
+    (0o1777, 1000, False, False, "writable by group or other (mode 0o1777)"),  # sticky: not for the cache itself
+    (0o1777, 0, False, True, ""),  # /tmp above a symlink's target
+    (0o777, 0, False, True, "writable by group or other (mode 0o777)"),
+    (0o755, 0, False, False, "owned by uid 0, not this user (uid 1000)"),
+    (0o755, 0, False, True, ""),  # root's folders above a target
+    (0o755, 1001, False, True, "owned by uid 1001, not this user (uid 1000)"),
+    (0o755, 1001, True, False, ""),  # an installed AOT bundle
+    (0o775, 1001, True, True, "writable by group or other (mode 0o775)"),
+])  # fmt: skip
+def test_unsafe_mode_or_owner(mode, uid, shared, above, problem):
+    found = cache.unsafe_mode_or_owner(mode, uid, 1000, shared=shared, above=above)
+    assert (problem in found) if problem else found == ""
 
 
 def test_lookup_refuses_a_group_writable_library_in_a_private_cache(tmp_path, tiny_csrc):

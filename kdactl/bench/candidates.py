@@ -5,7 +5,7 @@ are in peers.py.
 Inputs depend on the shape's configuration (kdactl.bench.configs). Plain follows
 flash-linear-attention's own KDA tests: q and k L2-normalized per head, v ~ N(0,1),
 g = logsigmoid(N(0,1)) in fp32 (per-key log-decay), beta = sigmoid(N(0,1)) in bf16. The fused
-configurations draw raw logits (configs.RAW_INPUTS says which, and from where) and their
+configurations draw raw logits (configs.RAW_INPUTS and GATE_PARAMS say which, and from where) and their
 reference applies the same transforms in fp64 (kdactl.reference.fused_inputs) first. Every
 candidate is checked against ``kda_chunked`` (fp32, on the GPU) before it is timed, and
 ``kda_chunked`` itself against the fp64 ``kda_recurrent`` on a prefix. A wrong candidate is reported
@@ -59,10 +59,18 @@ def _raw_inputs(shape: Shape, device, seed: int):
 
     bf16 = torch.bfloat16
     x = dict(q=randn(B, T, H, K).to(bf16), k=randn(B, T, H, K).to(bf16), v=randn(B, T, H, V).to(bf16),
-             g=randn(B, T, H, K).to(bf16), beta=randn(B, T, H).to(bf16),
-             A_log=torch.log(1 + 15 * torch.rand(H, generator=gen, device=device)), dt_bias=randn(H * K))  # fmt: skip
+             g=randn(B, T, H, K).to(bf16), beta=randn(B, T, H).to(bf16))  # fmt: skip
+    x["A_log"], x["dt_bias"] = gate_params(shape.gate_params, H, K, gen, device)
     cu = None if shape.seqlens is None else cu_seqlens_of(shape.seqlens, device, torch.int64)
     return x, cu
+
+
+def gate_params(name: str, H: int, K: int, gen: torch.Generator, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A_log [H], dt_bias [H*K]) in fp32, drawn as configs.GATE_PARAMS[name] says."""
+    if name == "flashkda":
+        return torch.rand(H, generator=gen, device=device), torch.rand(H * K, generator=gen, device=device)
+    return (torch.log(1 + 15 * torch.rand(H, generator=gen, device=device)),
+            torch.randn(H * K, generator=gen, device=device))  # fmt: skip
 
 
 def recurrence_inputs(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:

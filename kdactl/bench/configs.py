@@ -22,11 +22,26 @@ from kdactl.errors import UsageError
 
 # The inputs the bench draws for each kind of gate (kdactl.bench.candidates), said in the report.
 # Plain: fla's own KDA tests. Raw logits: g and beta ~ N(0, 1) as in fla's test_chunk (use_gate_in_kernel)
-# and FlashKDA's tests/test_fwd.py; A_log = log U(1, 16), the Mamba-style init of fla's test_gate and
-# of Kimi-Linear's layer; dt_bias ~ N(0, 1) [H*K] as fla's test_chunk; q, k unnormalized N(0, 1).
+# and FlashKDA's tests/test_fwd.py; q, k unnormalized N(0, 1); the gate's parameters from GATE_PARAMS.
 PLAIN_INPUTS = "q, k L2-normalized; g = logsigmoid(N(0,1)) fp32; beta = sigmoid(N(0,1)) bf16"
-RAW_INPUTS = ("q, k ~ N(0,1) bf16 (normalized in the kernel); g ~ N(0,1) bf16 raw logits; beta ~ N(0,1) bf16 "
-              "logits; A_log = log U(1,16) fp32 [H]; dt_bias ~ N(0,1) fp32 [H*K]")  # fmt: skip
+RAW_INPUTS = "q, k ~ N(0,1) bf16 (normalized in the kernel); g ~ N(0,1) bf16 raw logits; beta ~ N(0,1) bf16 logits"
+
+# How A_log [H] and dt_bias [H*K] (fp32) are drawn for a gate computed from raw logits (--gate-params).
+# They decide how strongly the gate decays, and so how far back the state remembers: where every key
+# channel decays strongly, a sequence can be cut into pieces that start from zero a little early
+# (kdactl's small_bh warm starts, cuDNN's pieces); where some channel barely decays, it cannot.
+GATE_PARAMS: dict[str, str] = {
+    "init": "A_log = log U(1,16), dt_bias ~ N(0,1): the Mamba-style init of fla's test_gate and of Kimi-Linear's "
+            "layer (some channels barely decay)",
+    "flashkda": "A_log ~ U(0,1), dt_bias ~ U(0,1): FlashKDA's tests/test_fwd.py (every channel decays strongly)",
+}  # fmt: skip
+DEFAULT_GATE_PARAMS = "init"
+
+
+def gate_params_named(name: str) -> str:
+    if name not in GATE_PARAMS:
+        raise UsageError(f"--gate-params must be one of {', '.join(GATE_PARAMS)}, got {name!r}")
+    return name
 
 
 @dataclass(frozen=True)
@@ -38,9 +53,9 @@ class Config:
     beta_sigmoid: bool = False
     state_v_first: bool = False
 
-    @property
-    def inputs(self) -> str:
-        return RAW_INPUTS if self.fused else PLAIN_INPUTS
+    def inputs(self, gate_params: str = DEFAULT_GATE_PARAMS) -> str:
+        """The inputs the bench draws for this configuration (its gate's parameters by ``gate_params``)."""
+        return f"{RAW_INPUTS}; {GATE_PARAMS[gate_params]}" if self.fused else PLAIN_INPUTS
 
     @property
     def summary(self) -> str:

@@ -51,12 +51,9 @@ class BarProgress:
     """A terminal: one bar over the shapes, its description the current phase."""
 
     def __init__(self):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
+        from kdactl.emit import stderr_progress_bar
 
-        from kdactl.emit import stderr_console
-
-        self._bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=stderr_console(), transient=True)  # fmt: skip
+        self._bar = stderr_progress_bar()
         self._task = None
         self._handler = _stderr_handler()
 

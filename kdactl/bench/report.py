@@ -103,10 +103,18 @@ def error_rows(runs: list[ShapeRun]) -> tuple[list[str], list[list[str]]]:
     return ["shape"] + [f"{n} err o / S" for n in names], [[r.shape.key] + [error_cell(r, n) for n in names] for r in runs]
 
 
+def configs_used(runs: list[ShapeRun]) -> dict[str, dict[str, str]]:
+    """Each configuration in the run (with its gate parameters unless the default), keyed as the
+    shapes' keys prefix it: what it computes and which inputs it was given."""
+    used: dict[str, dict[str, str]] = {}
+    for r in runs:
+        config = CONFIGS[r.shape.config]
+        used.setdefault(r.shape.config_key, {"summary": config.summary, "inputs": config.inputs(r.shape.gate_params)})
+    return used
+
+
 def config_lines(runs: list[ShapeRun]) -> list[str]:
-    """What each configuration in the run computes and which inputs it was given."""
-    used = dict.fromkeys(r.shape.config for r in runs)
-    return [f"config {c}: {CONFIGS[c].summary}; inputs: {CONFIGS[c].inputs}" for c in used]
+    return [f"config {name}: {c['summary']}; inputs: {c['inputs']}" for name, c in configs_used(runs).items()]
 
 
 HOST_TITLE = "kdactl bench --host (CPU us per call; (x) = candidate / auto, >1: auto cheaper)"
@@ -190,8 +198,7 @@ class BenchReport:
             "schema": SCHEMA, "exit_code": self.exit_code, "reasons": self.reasons, "info": self.info,
             "method": {**self.plan.to_json(), "warmup": self.warmup, "statistic": "median of block medians",
                        "ratio": "candidate median / auto median (>1: auto faster)"},
-            "configs": {c: {"summary": CONFIGS[c].summary, "inputs": CONFIGS[c].inputs}
-                        for c in dict.fromkeys(r.shape.config for r in self.runs)},
+            "configs": configs_used(self.runs),
             "shapes": [{"shape": r.shape.to_json(), "error": r.error, "candidates": [o.to_json() for o in r.outcomes]}
                        for r in self.runs],
             "geomean": geomeans(self.runs),

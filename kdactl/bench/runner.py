@@ -44,6 +44,7 @@ class BenchOptions:
     routes: Optional[str] = None  # comma list; None: auto and every route of this build
     peers: str = "fla"  # comma list of PEERS, "all", or "none"
     config: Optional[str] = None  # a name in CONFIGS for every shape; None: each suite's own, plain otherwise
+    gate_params: Optional[str] = None  # a name in GATE_PARAMS for every fused shape; None: the default
     iters: int = 24  # timed iterations per candidate and shape
     warmup: int = 3  # untimed calls per candidate first (fla autotunes on the first)
     gate: bool = False
@@ -82,7 +83,7 @@ def check_options(o: BenchOptions) -> Request:
     if o.config is not None and o.config not in CONFIGS:
         raise UsageError(f"--config must be one of {', '.join(CONFIGS)}, got {o.config!r}")
     shapes = resolve_shapes(o.suite, o.shapes, o.varlens, o.heads, default=HOST_SHAPES if o.host else None,
-                            config=o.config)  # fmt: skip
+                            config=o.config, gate_params=o.gate_params)  # fmt: skip
     if o.host and (o.gate or o.record_baseline or o.plot is not None):
         raise UsageError("--host measures the CPU cost per call: it takes no --gate, --record-baseline or --plot")
     routes = _names(o.routes, KNOWN_ROUTES, "--routes") if o.routes is not None else None

@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from kdactl.bench.configs import CONFIGS, LOWER_BOUND, PLAIN, SOFTPLUS, config_named
+from kdactl.bench.configs import (CONFIGS, DEFAULT_GATE_PARAMS, GATE_PARAMS, LOWER_BOUND, PLAIN, SOFTPLUS, config_named,
+                                  gate_params_named)
 from kdactl.errors import UsageError
 
 DEFAULT_DIM = 128
@@ -27,10 +28,15 @@ class Shape:
     value_dim: int = DEFAULT_DIM
     seqlens: tuple[int, ...] | None = None  # varlen: the packed sequence lengths
     config: str = PLAIN.name  # a name in kdactl.bench.configs.CONFIGS
+    gate_params: str = DEFAULT_GATE_PARAMS  # a name in GATE_PARAMS: how a fused gate's A_log, dt_bias are drawn
 
     def __post_init__(self) -> None:
         if self.config not in CONFIGS:
             raise ValueError(f"unknown bench configuration {self.config!r}; known: {', '.join(CONFIGS)}")
+        if self.gate_params not in GATE_PARAMS:
+            raise ValueError(f"unknown gate parameters {self.gate_params!r}; known: {', '.join(GATE_PARAMS)}")
+        if self.gate_params != DEFAULT_GATE_PARAMS and not CONFIGS[self.config].fused:
+            raise ValueError(f"configuration {self.config!r} takes g as given: it has no gate parameters to draw")
 
     @property
     def varlen(self) -> bool:
@@ -44,16 +50,21 @@ class Shape:
         return f"B{self.batch}-T{self.seqlen}-H{self.heads}-{dims}"
 
     @property
+    def config_key(self) -> str:
+        """The configuration, with its gate parameters unless they are the default: lower-bound[flashkda]."""
+        return self.config if self.gate_params == DEFAULT_GATE_PARAMS else f"{self.config}[{self.gate_params}]"
+
+    @property
     def key(self) -> str:
-        """The label, prefixed by the configuration unless it is plain: what results and baselines key on."""
-        return self.label if self.config == PLAIN.name else f"{self.config}:{self.label}"
+        """The label, prefixed by config_key unless it is plain: what results and baselines key on."""
+        return self.label if self.config == PLAIN.name else f"{self.config_key}:{self.label}"
 
     @property
     def tokens(self) -> int:
         return self.batch * self.seqlen
 
     def to_json(self) -> dict:
-        return {"label": self.label, "key": self.key, "config": self.config, "batch": self.batch, "seqlen": self.seqlen, "heads": self.heads,
+        return {"label": self.label, "key": self.key, "config": self.config, "gate_params": self.gate_params, "batch": self.batch, "seqlen": self.seqlen, "heads": self.heads,
                 "key_dim": self.key_dim, "value_dim": self.value_dim,
                 "seqlens": list(self.seqlens) if self.seqlens is not None else None}  # fmt: skip
 
@@ -138,10 +149,11 @@ def parse_varlen(text: str, heads: int | None) -> Shape:
 
 
 def resolve_shapes(suite: str | None, shapes=(), varlens=(), heads: int | None = None,
-                   default: tuple[Shape, ...] | None = None, config: str | None = None) -> list[Shape]:  # fmt: skip
+                   default: tuple[Shape, ...] | None = None, config: str | None = None,
+                   gate_params: str | None = None) -> list[Shape]:  # fmt: skip
     """The shapes to run: the suite's (``default``, else smoke, when nothing is named), then --shape,
     then --varlen, each in its own configuration (a suite's, else plain) unless ``config`` names one
-    for all; duplicates dropped, order kept."""
+    for all, and with ``gate_params`` for every fused one; duplicates dropped, order kept."""
     picked: list[Shape] = []
     if suite is not None:
         picked.extend(suite_shapes(suite))
@@ -153,5 +165,11 @@ def resolve_shapes(suite: str | None, shapes=(), varlens=(), heads: int | None =
         raise UsageError("--heads only applies to --varlen")
     if config is not None:
         picked = [dataclasses.replace(s, config=config_named(config).name) for s in picked]
+    if gate_params is not None:
+        gate_params_named(gate_params)
+        if not any(CONFIGS[s.config].fused for s in picked):
+            raise UsageError("--gate-params draws the parameters of a gate computed from raw logits: none of the "
+                             "shapes has one (add --config lower-bound or softplus, or a suite that has them)")
+        picked = [dataclasses.replace(s, gate_params=gate_params) if CONFIGS[s.config].fused else s for s in picked]
     seen: set[str] = set()
     return [s for s in picked if not (s.key in seen or seen.add(s.key))]

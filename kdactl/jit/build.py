@@ -4,6 +4,10 @@ atomically with a manifest.
 Concurrent builds of one key build once: the lock is an flock, which the kernel drops when its
 holder dies, so a killed build never wedges the next one; whoever gets the lock checks the cache
 again before building.
+
+ninja runs in a session of its own, each compiler in a process group of its own within it: Ctrl-C,
+SIGTERM or a time limit ends that whole session (kdactl.proc.kill_groups), so no nvcc outlives the
+build, and the half-built temporary entry is removed.
 """
 
 from __future__ import annotations
@@ -15,11 +19,12 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import filelock
 
@@ -27,7 +32,9 @@ from kdactl.atomic import write_json_atomic
 from kdactl.errors import BuildError, ToolMissing, UnsupportedTarget
 from kdactl.hw.toolkit import Toolkit
 from kdactl.jit import cache
+from kdactl.jit.progress import NINJA_STATUS, BuildProgress, NinjaStep, NullProgress, parse_ninja_status
 from kdactl.jit.spec import JitSpec
+from kdactl.proc import LIVE, kill_groups, sigterm_interrupts
 
 log = logging.getLogger("kdactl.jit")
 
@@ -82,8 +89,11 @@ def build_library(
     *,
     lock_timeout: float = LOCK_TIMEOUT_S,
     jobs: int | None = None,
+    progress: BuildProgress | None = None,
 ) -> BuildResult:
-    """The cache entry for spec, built unless a verified one exists. Never loads it."""
+    """The cache entry for spec, built unless a verified one exists (ninja's steps reported to
+    ``progress``). Never loads it. SIGTERM during the build ends it as Ctrl-C does: the
+    compilers are ended and KeyboardInterrupt raised (kdactl.proc.sigterm_interrupts)."""
     check_toolkit(spec, toolkit)
     digest = spec.source_hash()
     key = spec.key_dir(cache_dir, digest)
@@ -96,7 +106,8 @@ def build_library(
         if found.ok:
             return BuildResult(spec.target.name, key, found.manifest or {}, built=False, build_s=0.0)
         _clear_leftovers(key, found.reason)
-        return _build_and_publish(spec, toolkit, key, digest, jobs)
+        with sigterm_interrupts():
+            return _build_and_publish(spec, toolkit, key, digest, jobs, progress or NullProgress())
 
 
 class _locked:
@@ -134,12 +145,15 @@ def _clear_leftovers(key: Path, reason: str) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
-def _build_and_publish(spec: JitSpec, toolkit: Toolkit, key: Path, digest: str, jobs: int | None) -> BuildResult:
+def _build_and_publish(spec: JitSpec, toolkit: Toolkit, key: Path, digest: str, jobs: int | None,
+                       progress: BuildProgress) -> BuildResult:  # fmt: skip
     start = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix=f".{key.name}.tmp-", dir=key.parent))
     try:
         write_build_ninja(spec, toolkit, tmp)
-        run_ninja(tmp, spec, jobs)
+        progress.started(spec.target.name, len(spec.sources) + 1)  # build.ninja's edges: a compile per source, the link
+        run_ninja(tmp, spec, jobs, lambda step: progress.step(spec.target.name, step))
+        progress.finished(spec.target.name)
         for obj in tmp.glob("*.o"):
             obj.unlink()
         build_s = time.monotonic() - start
@@ -193,16 +207,50 @@ def write_build_ninja(spec: JitSpec, toolkit: Toolkit, directory: Path) -> Path:
     return path
 
 
-def run_ninja(directory: Path, spec: JitSpec, jobs: int | None) -> None:
+def run_ninja(directory: Path, spec: JitSpec, jobs: int | None,
+              on_step: Callable[[NinjaStep], None] = lambda step: None) -> None:  # fmt: skip
+    """ninja in a session of its own (tracked in kdactl.proc.LIVE, so that a certify worker's
+    SIGTERM handler ends it too), its output read as it comes for ``on_step`` and build.log; on any
+    interruption or the time limit the whole session is ended before the exception leaves."""
     cmd = [find_ninja(), "-C", str(directory)] + ([f"-j{jobs}"] if jobs else [])
+    env = {**os.environ, "NINJA_STATUS": NINJA_STATUS}
+    proc = LIVE.start(lambda: subprocess.Popen(
+        cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, errors="replace", start_new_session=True,
+    ))  # fmt: skip
+    if proc is None:  # this process is being terminated (kdactl.proc.end_children_on_term)
+        raise KeyboardInterrupt
+    lines: list[str] = []
+    reader = threading.Thread(target=_follow, args=(proc.stdout, lines, on_step), name="kdactl-ninja", daemon=True)
+    reader.start()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        returncode = proc.wait(timeout=BUILD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
+        kill_groups([proc])
         raise BuildError(f"building {spec.target.name} took over {BUILD_TIMEOUT_S:.0f} s; gave up") from None
-    output = (proc.stdout or "") + (proc.stderr or "")
+    except BaseException:  # Ctrl-C, or SIGTERM through sigterm_interrupts
+        kill_groups([proc])
+        raise
+    finally:
+        LIVE.done(proc)
+        reader.join(timeout=10)
+    output = "".join(lines)
     (directory / "build.log").write_text(output)
-    if proc.returncode != 0:
-        raise BuildError(f"nvcc failed for {spec.target.name} (ninja exit {proc.returncode}): {first_errors(output)}")
+    if returncode != 0:
+        raise BuildError(f"nvcc failed for {spec.target.name} (ninja exit {returncode}): {first_errors(output)}")
+
+
+def _follow(stream: Any, lines: list[str], on_step: Callable[[NinjaStep], None]) -> None:
+    """Collect ninja's output, reporting each status line as it comes."""
+    for line in stream:
+        lines.append(line)
+        step = parse_ninja_status(line)
+        if step is None:
+            continue
+        try:
+            on_step(step)
+        except Exception as err:  # noqa: BLE001 - a display fault must not stop the reading, or ninja blocks on a full pipe
+            log.debug("kdactl: build progress failed: %s", err)
 
 
 def first_errors(output: str, limit: int = 5, width: int = 600) -> str:

@@ -3,6 +3,10 @@
 An entry is a directory <cache>/<kdactl version>/<target>/<name>-<hash16>/ holding the library and
 manifest.json. It is trusted only when its manifest names the expected target and source hash and
 every file's sha256 matches.
+
+Every level of the cache, down to the library, is judged where it really is: a folder or file
+reached through a symlink is judged by its real path, and each folder on that path must keep others
+from replacing what it holds, or the symlink would lead code others control into the process.
 """
 
 from __future__ import annotations
@@ -152,14 +156,42 @@ def _check_file(directory: Path, name: str, expected: Any, shared: bool) -> str:
 
 
 def _check_mode_and_owner(path: Path, st: os.stat_result, shared: bool, what: str, other_fix: str) -> None:
-    """One rule for every level of the cache, folders and files alike: nobody but its owner may
-    write it, and (unless ``shared``, as an installed AOT bundle is) that owner is this user."""
-    if st.st_mode & 0o022:
-        raise UnsafeCache(f"{what} {path} is writable by group or other (mode {oct(st.st_mode & 0o777)}); "
-                          f"refusing to load code from it; run 'chmod go-w {path}' or {other_fix}")  # fmt: skip
-    if not shared and st.st_uid != os.geteuid():
-        raise UnsafeCache(f"cache {what} {path} is owned by uid {st.st_uid}, not this user (uid {os.geteuid()}); "
-                          "set KDACTL_CACHE_DIR to a directory of your own")  # fmt: skip
+    """One rule for every level of the cache, folders and files alike (unsafe_mode_or_owner), and
+    for a level reached through a symlink, one more for every folder on its real path."""
+    real = _real_path(path)
+    shown = f"{path}" if real is None else f"{path} resolves to {real}, which"
+    problem = unsafe_mode_or_owner(st.st_mode, st.st_uid, os.geteuid(), shared=shared)
+    if problem.startswith("is writable"):
+        raise UnsafeCache(f"{what} {shown} {problem}; refusing to load code from it; "
+                          f"run 'chmod go-w {real or path}' or {other_fix}")  # fmt: skip
+    if problem:
+        raise UnsafeCache(f"cache {what} {shown} {problem}; set KDACTL_CACHE_DIR to a directory of your own")
+    for folder in real.parents if real is not None else ():
+        folder_st = os.stat(folder)
+        problem = unsafe_mode_or_owner(folder_st.st_mode, folder_st.st_uid, os.geteuid(), shared=shared, above=True)
+        if problem:
+            raise UnsafeCache(f"{what} {path} resolves to {real}, and {folder} {problem}, so others could replace "
+                              "what the symlink leads to; refusing to load code through it; point the symlink "
+                              "into a folder only you (or root) can write")  # fmt: skip
+
+
+def _real_path(path: Path) -> Path | None:
+    """Where a path reached through a symlink (its own or a parent's) really is; None otherwise."""
+    real = Path(os.path.realpath(path))
+    return None if real == Path(os.path.abspath(path)) else real
+
+
+def unsafe_mode_or_owner(mode: int, uid: int, euid: int, *, shared: bool, above: bool = False) -> str:
+    """Why others could change a cache folder or file with this mode and owner ("" if they cannot):
+    nobody but its owner may write it, and (unless ``shared``, as an installed AOT bundle is) that
+    owner is this user. A folder ``above`` it on a symlink's real path need only keep others from
+    replacing what it holds: sticky when others can write it (as /tmp), and owned by this user or
+    root (unless ``shared``)."""
+    if mode & 0o022 and not (above and mode & stat.S_ISVTX):
+        return f"is writable by group or other (mode {oct(mode & 0o7777)})"
+    if not shared and uid != euid and not (above and uid == 0):
+        return f"is owned by uid {uid}, not this user (uid {euid})"
+    return ""
 
 
 def discard_dir(path: Path) -> None:

@@ -3,6 +3,7 @@ compile named targets only (no GPU needed), optionally writing an AOT bundle."""
 
 from __future__ import annotations
 
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -14,6 +15,7 @@ from kdactl.hw.toolkit import find_toolkit
 from kdactl.jit import aot
 from kdactl.jit.build import BuildResult, build_library, lookup_cached
 from kdactl.jit.library import Kernels, ToolkitProvider, open_kernels
+from kdactl.jit.progress import BuildProgress, NullProgress, make_progress
 from kdactl.jit.selftest import SelftestResult, run_selftest
 from kdactl.jit.spec import kernel_library_spec
 from kdactl.settings import Settings
@@ -84,7 +86,7 @@ class BuildReport:
 
 
 NodeProvider = Callable[[Settings], Any]  # -> kdactl.node.NodeFacts
-Loader = Callable[[Settings, str, ToolkitProvider, "Path | None"], Kernels]
+Loader = Callable[[Settings, str, ToolkitProvider, "Path | None", BuildProgress], Kernels]
 SelftestRunner = Callable[[Kernels, int], SelftestResult]
 
 
@@ -111,21 +113,26 @@ def build_command(
     selftest: SelftestRunner = run_selftest,
     devices: Callable[[], list[int]] = _torch_devices,
     csrc: Path | None = None,
+    as_json: bool = False,
+    progress: NullProgress | None = None,
 ) -> BuildReport:
     """No targets: this node's target, built or loaded, self-tested on every visible GPU.
-    Targets ("sm_90a,sm_100f"): compile each, load nothing."""
-    if targets is not None:
-        return compile_targets(settings, parse_target_list(targets), aot_dir, toolkit_provider, csrc)
-    target = node_target(settings, node_provider)
-    kernels = loader(settings, target, toolkit_provider, csrc)
-    indices = devices()
-    if not indices:
-        raise NoGpu(f"torch sees no CUDA device, so the {target} library cannot be self-tested")
-    results = tuple(selftest(kernels, i) for i in indices)
-    library = LibraryInfo(target, kernels.path, kernels.origin, kernels.build_s, kernels.load_s, kernels.manifest)
-    bundle = None
-    if aot_dir is not None:
-        bundle = aot.write_bundle(aot_dir, [_built(settings, get_target(target), toolkit_provider, csrc)])
+    Targets ("sm_90a,sm_100f"): compile each, load nothing. Builds report ninja's progress
+    (kdactl.jit.progress.make_progress unless ``progress`` is given)."""
+    prog = progress or make_progress(as_json)
+    with closing(prog):
+        if targets is not None:
+            return compile_targets(settings, parse_target_list(targets), aot_dir, toolkit_provider, csrc, prog)
+        target = node_target(settings, node_provider)
+        kernels = loader(settings, target, toolkit_provider, csrc, prog)
+        indices = devices()
+        if not indices:
+            raise NoGpu(f"torch sees no CUDA device, so the {target} library cannot be self-tested")
+        results = tuple(selftest(kernels, i) for i in indices)
+        library = LibraryInfo(target, kernels.path, kernels.origin, kernels.build_s, kernels.load_s, kernels.manifest)
+        bundle = None
+        if aot_dir is not None:
+            bundle = aot.write_bundle(aot_dir, [_built(settings, get_target(target), toolkit_provider, csrc, prog)])
     return BuildReport("node", (library,), results, bundle)
 
 
@@ -135,10 +142,11 @@ def compile_targets(
     aot_dir: Path | None = None,
     toolkit_provider: ToolkitProvider = find_toolkit,
     csrc: Path | None = None,
+    progress: BuildProgress | None = None,
 ) -> BuildReport:
     """Compile only: each target's library into the cache (and the AOT bundle); nothing is loaded."""
     toolkit = toolkit_provider(settings.nvcc)
-    results = [build_library(kernel_library_spec(t, csrc), settings.cache_dir, toolkit) for t in targets]
+    results = [build_library(kernel_library_spec(t, csrc), settings.cache_dir, toolkit, progress=progress) for t in targets]
     libraries = tuple(
         LibraryInfo(r.target, r.library, "built" if r.built else "cache", r.build_s, None, r.manifest) for r in results
     )
@@ -162,7 +170,9 @@ def node_target(settings: Settings, node_provider: NodeProvider) -> str:
     return targets.pop()
 
 
-def _built(settings: Settings, target: Target, toolkit_provider: ToolkitProvider, csrc: Path | None) -> BuildResult:
+def _built(settings: Settings, target: Target, toolkit_provider: ToolkitProvider, csrc: Path | None,
+           progress: BuildProgress) -> BuildResult:  # fmt: skip
     """The cache entry for target, building it if needed (AOT bundles copy from the cache)."""
     spec = kernel_library_spec(target, csrc)
-    return lookup_cached(spec, settings.cache_dir) or build_library(spec, settings.cache_dir, toolkit_provider(settings.nvcc))
+    return lookup_cached(spec, settings.cache_dir) or build_library(
+        spec, settings.cache_dir, toolkit_provider(settings.nvcc), progress=progress)

@@ -19,6 +19,7 @@ from kdactl.errors import BuildError, Inconclusive, NoGpu, ToolMissing, Unsuppor
 from kdactl.hw.toolkit import Toolkit, find_toolkit
 from kdactl.jit import aot
 from kdactl.jit.build import build_library, lookup_cached
+from kdactl.jit.progress import BuildProgress
 from kdactl.jit.spec import kernel_library_spec
 from kdactl.kda.fused import FUSED_CONSTANTS
 from kdactl.kda.routes import ROUTE_TABLE, ROUTES, SHARED_CONSTANTS
@@ -226,8 +227,10 @@ def open_kernels(
     target_name: str | None = None,
     toolkit_provider: ToolkitProvider = find_toolkit,
     csrc: Path | None = None,
+    progress: BuildProgress | None = None,
 ) -> Kernels:
-    """Uncached load: AOT entry, else JIT cache entry, else build. Reports where it came from."""
+    """Uncached load: AOT entry, else JIT cache entry, else build (its steps to ``progress``).
+    Reports where it came from."""
     target = choose_target(settings, target_name, toolkit_provider)
     start = time.monotonic()
     spec = kernel_library_spec(get_target(target), csrc)
@@ -238,7 +241,7 @@ def open_kernels(
         result = lookup_cached(spec, settings.cache_dir)
         if result is None:
             toolkit = _toolkit_or_explain(settings, target, toolkit_provider)
-            result = build_library(spec, settings.cache_dir, toolkit)
+            result = build_library(spec, settings.cache_dir, toolkit, progress=progress)
         origin = "built" if result.built else "cache"
         directory, manifest, build_s = result.directory, result.manifest, result.build_s
     path = directory / manifest["library"]
