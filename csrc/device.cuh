@@ -239,8 +239,9 @@ struct Gate {
   __device__ __forceinline__ static Gate of(const kdactl_kda_args& a, int h) {
     return {a.gate_mode, a.A_log ? expf(a.A_log[h]) : 1.f, a.lower_bound};
   }
+  // dt_bias of (head, key): 0 without one, and for g given as the log decay (nothing read then).
   __device__ __forceinline__ static float bias(const kdactl_kda_args& a, int h, int key) {
-    return a.dt_bias ? a.dt_bias[static_cast<int64_t>(h) * a.key_dim + key] : 0.f;
+    return a.gate_mode != KDACTL_GATE_AS_GIVEN && a.dt_bias ? a.dt_bias[static_cast<int64_t>(h) * a.key_dim + key] : 0.f;
   }
   // The log decay of raw g (bias: dt_bias of the key, from bias()), for a mode known at compile time:
   // a loop over many elements takes one instance per mode, with no other mode's math in it.

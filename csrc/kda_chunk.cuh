@@ -227,7 +227,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
   // values are read once, and each gate is a few MUFU and FMA ops beside the cumsum.
   const Gate gate = Gate::of(a, h);
   float bias[4] = {0.f, 0.f, 0.f, 0.f};
-  if (gate.mode != KDACTL_GATE_AS_GIVEN && j < K / 4)
+  if (j < K / 4)
 #pragma unroll
     for (int e = 0; e < 4; ++e) bias[e] = Gate::bias(a, h, 4 * j + e);
   bool exact = false;

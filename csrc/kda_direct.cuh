@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(128) kda_direct_kernel(const kdactl_kda_args a
   const Gate gate = Gate::of(a, h);  // the head's gate constants and this lane's dt_bias, read once
   float bias[RPL];
 #pragma unroll
-  for (int e = 0; e < RPL; ++e) bias[e] = gate.mode == KDACTL_GATE_AS_GIVEN ? 0.f : Gate::bias(a, h, row0 + e);
+  for (int e = 0; e < RPL; ++e) bias[e] = Gate::bias(a, h, row0 + e);
   const int64_t ntiles = (len + kTile - 1) / kTile;
   float beta_next = ntiles > 0 ? stage_tile(0, 0) : 0.f;
   if (threadIdx.x < kTile) stage[0].beta[threadIdx.x] = beta_next;
