@@ -16,6 +16,7 @@ OWN = {"auto": "auto", **{route: "route" for route in ROUTES}}
 class FakeHarness:
     times: dict[str, float] = field(default_factory=lambda: {"auto": 1.0, "direct": 1.0, "fla.chunk_kda": 2.0})
     wrong: set[str] = field(default_factory=set)  # candidates whose check fails
+    errors: dict[str, tuple[float, float]] = field(default_factory=dict)  # name -> (o, state) error ratios
     raising: dict[str, str] = field(default_factory=dict)  # name -> "check" | "warmup" | "time"
     rejected: dict[str, str] = field(default_factory=dict)  # route -> reason
     unavailable: set[str] = field(default_factory=set)
@@ -55,6 +56,8 @@ class FakeHarness:
         if self.raising.get(name) == "check":
             raise RuntimeError(f"{name} crashed")
         self.events.append(f"call:{name}")  # a real check runs the candidate once
+        if name in self.errors:
+            return Check(*self.errors[name])
         return Check(0.5, 0.5) if name in self.wrong else Check(1e-4, 2e-4)
 
     def _call(self, name: str):

@@ -67,10 +67,12 @@ def _raw_inputs(shape: Shape, device, seed: int):
 
 def gate_params(name: str, H: int, K: int, gen: torch.Generator, device) -> tuple[torch.Tensor, torch.Tensor]:
     """(A_log [H], dt_bias [H*K]) in fp32, drawn as configs.GATE_PARAMS[name] says."""
+    if name == "init":
+        return (torch.log(1 + 15 * torch.rand(H, generator=gen, device=device)),
+                torch.randn(H * K, generator=gen, device=device))  # fmt: skip
     if name == "flashkda":
         return torch.rand(H, generator=gen, device=device), torch.rand(H * K, generator=gen, device=device)
-    return (torch.log(1 + 15 * torch.rand(H, generator=gen, device=device)),
-            torch.randn(H * K, generator=gen, device=device))  # fmt: skip
+    raise ValueError(f"no draw for gate parameters {name!r}")
 
 
 def recurrence_inputs(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:

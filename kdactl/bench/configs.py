@@ -29,7 +29,7 @@ RAW_INPUTS = "q, k ~ N(0,1) bf16 (normalized in the kernel); g ~ N(0,1) bf16 raw
 # How A_log [H] and dt_bias [H*K] (fp32) are drawn for a gate computed from raw logits (--gate-params).
 # They decide how strongly the gate decays, and so how far back the state remembers: where every key
 # channel decays strongly, a sequence can be cut into pieces that start from zero a little early
-# (kdactl's small_bh warm starts, cuDNN's pieces); where some channel barely decays, it cannot.
+# (cuDNN's kda_hopper_cuda does); where some channel barely decays, it cannot.
 GATE_PARAMS: dict[str, str] = {
     "init": "A_log = log U(1,16), dt_bias ~ N(0,1): the Mamba-style init of fla's test_gate and of Kimi-Linear's "
             "layer (some channels barely decay)",

@@ -25,6 +25,12 @@ PEERS = ("fla", "flashkda", "cudnn")
 # Outcome statuses.
 OK, FAILED, ERROR, REJECTED, UNAVAILABLE = "ok", "failed", "error", "rejected", "unavailable"
 
+# A peer over the SPEC's error ratio limit but within this one is still timed, its time marked: the
+# public kernels' own accuracy sits near the limit on these inputs (FlashKDA's measured 5.7e-3 and
+# 6.3e-3 on the H200, cuDNN's 4.3e-3), and a table that left them out would say nothing of them.
+# Beyond it a result is wrong, not imprecise. kdactl's own kernels get no such allowance.
+PEER_TIMED_LIMIT = 2e-2
+
 
 @dataclass(frozen=True)
 class Check:
@@ -36,7 +42,10 @@ class Check:
 
     @property
     def ok(self) -> bool:
-        return self.o_err <= self.limit and self.state_err <= self.limit  # NaN/inf fail
+        return self.within(self.limit)
+
+    def within(self, limit: float) -> bool:
+        return self.o_err <= limit and self.state_err <= limit  # NaN/inf fail
 
     def to_json(self) -> dict:
         return {"ok": self.ok, "o_err": self.o_err, "state_err": self.state_err, "limit": self.limit}
@@ -71,6 +80,11 @@ class Outcome:
     @property
     def own(self) -> bool:
         return self.kind in OWN_KINDS
+
+    @property
+    def imprecise(self) -> bool:
+        """A peer timed although its error ratio is over the SPEC's limit (PEER_TIMED_LIMIT)."""
+        return self.status == OK and self.check is not None and not self.check.ok
 
     def to_json(self) -> dict:
         return {"name": self.name, "kind": self.kind, "status": self.status, "reason": self.reason,

@@ -21,12 +21,13 @@ from kdactl.bench import baseline as bl
 from kdactl.bench.configs import CONFIGS
 from kdactl.bench.host import CALLS as HOST_CALLS
 from kdactl.bench.host import REPEATS as HOST_REPEATS
-from kdactl.bench.model import ERROR, FAILED, OK, REJECTED, UNAVAILABLE, ShapeRun
+from kdactl.bench.model import ERROR, FAILED, OK, PEER_TIMED_LIMIT, REJECTED, UNAVAILABLE, ShapeRun
 from kdactl.bench.order import Plan
 from kdactl.bench.stats import geomean
 from kdactl.errors import EXIT_INCONCLUSIVE, EXIT_NOT_CERTIFIED, EXIT_PASS
 
 MARK = {REJECTED: "—", FAILED: "FAILED", ERROR: "ERROR", UNAVAILABLE: "n/a"}
+IMPRECISE = "*"  # a peer timed over the SPEC's error ratio limit (model.PEER_TIMED_LIMIT)
 SCHEMA = "kdactl.bench/v1"
 
 
@@ -68,7 +69,8 @@ def cell(run: ShapeRun, name: str) -> str:
     if o.status != OK or o.summary is None:
         return MARK.get(o.status, o.status)
     ms, auto = o.summary.median_ms, run.median("auto")
-    return f"{ms:.3f}" if name == "auto" or auto is None else f"{ms:.3f} ({ms / auto:.2f}x)"
+    mark = IMPRECISE if o.imprecise else ""
+    return f"{ms:.3f}{mark}" if name == "auto" or auto is None else f"{ms:.3f}{mark} ({ms / auto:.2f}x)"
 
 
 def geomeans(runs: list[ShapeRun]) -> dict[str, dict[str, Any]]:
@@ -189,6 +191,9 @@ class BenchReport:
     def problems(self) -> list[str]:
         out = [f"{r.shape.key}: {r.error}" for r in self.runs if r.error]
         out += [f"{r.shape.key} {o.name} [{o.status}]: {o.reason}" for r in self.runs for o in r.outcomes if o.status != OK]
+        out += [f"{r.shape.key} {o.name} {IMPRECISE}: timed, but its error ratio (o {o.check.o_err:.2e}, state "
+                f"{o.check.state_err:.2e}) is over the SPEC's {o.check.limit:g} (a peer is timed up to "
+                f"{PEER_TIMED_LIMIT:g})" for r in self.runs for o in r.outcomes if o.imprecise]  # fmt: skip
         out += [f"{r.shape.key} {o.name}: no replay figure: {o.host.replay_note}" for r in self.runs for o in r.outcomes
                 if o.host is not None and o.host.replay_note]  # fmt: skip
         return out
