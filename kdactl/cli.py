@@ -96,7 +96,7 @@ def bench(
     routes: Optional[str] = typer.Option(None, "--routes", help="Comma list of auto,direct,chunk,small_bh (default: auto and every route built)."),
     peers: str = typer.Option("fla", "--peers", help="Comma list of fla (chunk_kda with FLA_FLASH_KDA=0, fused_recurrent_kda), fla-chunk (chunk_kda alone), flashkda (flash_kda.fwd), cudnn (kda_hopper_cuda); all; or none."),
     config: Optional[str] = typer.Option(None, "--config", help="plain | lower-bound | softplus: how g, q/k and beta are given, for every shape (default: the suite's own; plain for --shape/--varlen)."),
-    gate_params: Optional[str] = typer.Option(None, "--gate-params", help="init | flashkda: how a gate from raw logits gets A_log and dt_bias (init: log U(1,16), N(0,1), some channels barely decay; flashkda: U(0,1), U(0,1) as FlashKDA's tests, all decay strongly). Default init."),
+    gate_params: Optional[str] = typer.Option(None, "--gate-params", help="test | init | flashkda: how a gate from raw logits gets A_log and dt_bias (test: fla's tests, log U(1,16) and N(0,1); init: fla's KDA layer at initialization, weak decay; flashkda: FlashKDA's tests, U(0,1) and U(0,1), strong decay). Default test."),
     iters: int = typer.Option(24, "--iters", help="Timed iterations per candidate and shape."),
     warmup: int = typer.Option(3, "--warmup", help="Untimed calls per candidate first (fla autotunes on the first)."),
     markdown: Optional[str] = typer.Option(None, "--markdown", help="Write a markdown table to FILE ('-': stdout, instead of the table)."),

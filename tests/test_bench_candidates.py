@@ -98,14 +98,24 @@ def test_auto_in_a_fused_config_is_called_as_an_engine_calls_fla(monkeypatch):
 
 
 def test_gate_params_draw_as_said():
-    """init: exp(A_log) in [1, 16), dt_bias N(0, 1); flashkda: A_log and dt_bias in [0, 1). The draw
-    decides the decay: with the init's some key channel of almost every token barely decays, with
-    FlashKDA's every channel decays."""
-    init = cand.make_inputs(dataclasses.replace(fixed(1, 64, 8), config=LOWER_BOUND.name), CPU)
-    fk = cand.make_inputs(dataclasses.replace(fixed(1, 64, 8), config=LOWER_BOUND.name, gate_params="flashkda"), CPU)
-    assert (init["A_log"].exp() >= 1).all() and (init["A_log"].exp() < 16).all() and init["dt_bias"].min() < 0
-    assert (fk["A_log"] >= 0).all() and (fk["A_log"] < 1).all()
-    assert (fk["dt_bias"] >= 0).all() and (fk["dt_bias"] < 1).all() and fk["dt_bias"].shape == (8 * 128,)
-    gates = {name: cand.recurrence_inputs(x)["g"] for name, x in (("init", init), ("flashkda", fk))}
-    least_decay = {name: g.max(dim=-1).values.mean() for name, g in gates.items()}  # each token's weakest channel
-    assert least_decay["init"] > -0.01 and least_decay["flashkda"] < -0.1, least_decay
+    """test: exp(A_log) in [1, 16), dt_bias N(0, 1); init: dt_bias = softplus^-1(dt), dt in [1e-3, 0.1];
+    flashkda: A_log and dt_bias in [0, 1). The draw decides the decay of the lower-bound gate: with
+    fla's test draw some key channel of almost every token barely decays, at the layer's init every
+    channel decays little, with FlashKDA's every channel decays."""
+    def draw(params):
+        shape = dataclasses.replace(fixed(1, 64, 8), config=LOWER_BOUND.name, gate_params=params)
+        return cand.make_inputs(shape, CPU)
+
+    x = {params: draw(params) for params in ("test", "init", "flashkda")}
+    for params in ("test", "init"):
+        assert (x[params]["A_log"].exp() >= 1).all() and (x[params]["A_log"].exp() < 16).all()
+    assert x["test"]["dt_bias"].min() < 0 < x["test"]["dt_bias"].max()
+    dt = torch.nn.functional.softplus(x["init"]["dt_bias"].double())
+    assert dt.min() >= 1e-3 * (1 - 1e-6) and dt.max() <= 0.1 * (1 + 1e-6)
+    assert (x["flashkda"]["A_log"] >= 0).all() and (x["flashkda"]["A_log"] < 1).all()
+    assert (x["flashkda"]["dt_bias"] >= 0).all() and (x["flashkda"]["dt_bias"] < 1).all()
+    assert x["flashkda"]["dt_bias"].shape == (8 * 128,)
+    g = {params: cand.recurrence_inputs(x[params])["g"] for params in x}
+    least_decay = {params: g[params].max(dim=-1).values.mean() for params in g}  # each token's weakest channel
+    assert least_decay["test"] > -0.01 and least_decay["init"] > -0.01 and least_decay["flashkda"] < -0.1, least_decay
+    assert g["init"].mean() > g["test"].mean()  # weaker decay on average at init

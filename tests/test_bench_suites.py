@@ -102,12 +102,13 @@ def test_config_overrides_suites_and_shapes():
 def test_gate_params_apply_to_fused_shapes_and_key_them():
     mixed = resolve_shapes("smoke", shapes=["1,64,2"], config="lower-bound", gate_params="flashkda")
     assert {s.key.split(":")[0] for s in mixed} == {"lower-bound[flashkda]"}
-    assert resolve_shapes(None, shapes=["1,64,2"], config="softplus", gate_params="init")[0].key == "softplus:B1-T64-H2-D128"
+    assert resolve_shapes(None, shapes=["1,64,2"], config="softplus", gate_params="test")[0].key == "softplus:B1-T64-H2-D128"
+    assert resolve_shapes(None, shapes=["1,64,2"], config="softplus", gate_params="init")[0].key == "softplus[init]:B1-T64-H2-D128"
     both = resolve_shapes("all", gate_params="flashkda")  # plain shapes keep their key, fused ones change
-    assert {s.gate_params for s in both if s.config == "plain"} == {"init"}
+    assert {s.gate_params for s in both if s.config == "plain"} == {"test"}
     assert {s.gate_params for s in both if s.config != "plain"} == {"flashkda"}
     assert mixed[0].to_json()["gate_params"] == "flashkda"
-    with pytest.raises(UsageError, match="--gate-params must be one of init, flashkda"):
+    with pytest.raises(UsageError, match="--gate-params must be one of test, init, flashkda"):
         resolve_shapes(None, shapes=["1,64,2"], config="softplus", gate_params="trained")
     with pytest.raises(UsageError, match="none of the shapes has one"):
         resolve_shapes("serving", gate_params="flashkda")

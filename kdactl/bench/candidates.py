@@ -15,6 +15,7 @@ as failed and never timed. States are compared K-first: a V-first state is trans
 from __future__ import annotations
 
 import logging
+import math
 import zlib
 from typing import Any, Sequence
 
@@ -67,9 +68,12 @@ def _raw_inputs(shape: Shape, device, seed: int):
 
 def gate_params(name: str, H: int, K: int, gen: torch.Generator, device) -> tuple[torch.Tensor, torch.Tensor]:
     """(A_log [H], dt_bias [H*K]) in fp32, drawn as configs.GATE_PARAMS[name] says."""
-    if name == "init":
-        return (torch.log(1 + 15 * torch.rand(H, generator=gen, device=device)),
-                torch.randn(H * K, generator=gen, device=device))  # fmt: skip
+    if name in ("test", "init"):
+        A_log = torch.log(1 + 15 * torch.rand(H, generator=gen, device=device))
+        if name == "test":
+            return A_log, torch.randn(H * K, generator=gen, device=device)
+        dt = torch.exp(math.log(1e-3) + math.log(100.0) * torch.rand(H * K, generator=gen, device=device))
+        return A_log, dt + torch.log(-torch.expm1(-dt))  # softplus^-1(dt)
     if name == "flashkda":
         return torch.rand(H, generator=gen, device=device), torch.rand(H * K, generator=gen, device=device)
     raise ValueError(f"no draw for gate parameters {name!r}")

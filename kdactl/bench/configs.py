@@ -31,11 +31,13 @@ RAW_INPUTS = "q, k ~ N(0,1) bf16 (normalized in the kernel); g ~ N(0,1) bf16 raw
 # channel decays strongly, a sequence can be cut into pieces that start from zero a little early
 # (cuDNN's kda_hopper_cuda does); where some channel barely decays, it cannot.
 GATE_PARAMS: dict[str, str] = {
-    "init": "A_log = log U(1,16), dt_bias ~ N(0,1): the Mamba-style init of fla's test_gate and of Kimi-Linear's "
-            "layer (some channels barely decay)",
+    "test": "A_log = log U(1,16), dt_bias ~ N(0,1): fla's test_chunk (some channels barely decay under the lower-bound "
+            "gate; the softplus gate decays every channel)",
+    "init": "A_log = log U(1,16), dt_bias = softplus^-1(dt), dt ~ logU(1e-3, 0.1): fla's KDA layer at initialization "
+            "(weak decay)",
     "flashkda": "A_log ~ U(0,1), dt_bias ~ U(0,1): FlashKDA's tests/test_fwd.py (every channel decays strongly)",
 }  # fmt: skip
-DEFAULT_GATE_PARAMS = "init"
+DEFAULT_GATE_PARAMS = "test"
 
 
 def gate_params_named(name: str) -> str:
