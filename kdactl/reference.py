@@ -150,3 +150,20 @@ def fused_inputs(q, k, v, g, beta, fused, A_log=None, dt_bias=None):
     if fused.beta_mode != BETA_AS_GIVEN:
         beta = torch.sigmoid(beta) * (2.0 if fused.beta_mode == BETA_SIGMOID2 else 1.0)
     return q, k, g, beta
+
+
+def chunk_state_map(k: Tensor, g: Tensor, beta: Tensor) -> tuple[Tensor, Tensor]:
+    """One chunk's state map in fp64, (T, bound): S_end = T S_start + (terms of the chunk's own
+    tokens) with T = Diag(eG) - Kr^T W, from the chunk factors the kernels form (csrc/kda_chunk.cuh),
+    and the bound on ||T||_2 that route small_bh's warm starts rest on, max eG + sum_t ||Kr_t|| ||W_t||
+    (before the kernels' allowance for bf16 rounding). k, g [C, K] (g the log decay), beta [C]."""
+    k, g, beta = k.double(), g.double(), beta.double()
+    C = k.shape[0]
+    G = g.cumsum(0)
+    decay = torch.exp(G[:, None, :] - G[None, :, :])  # [t, s, key]: e^(G_t - G_s)
+    A = torch.tril(beta[:, None] * torch.einsum("tk,sk,tsk->ts", k, k, decay), diagonal=-1)
+    eye = torch.eye(C, dtype=torch.float64, device=k.device)
+    W = torch.linalg.solve(eye + A, torch.diag(beta)) @ (k * torch.exp(G))
+    Kr, eG = k * torch.exp(G[-1] - G), torch.exp(G[-1])
+    T = torch.diag(eG) - Kr.T @ W
+    return T, eG.max() + (Kr.norm(dim=1) * W.norm(dim=1)).sum()

@@ -202,12 +202,12 @@ for _ in range(3): prefill(**x, route='chunk')" > $S/ncu.log 2>&1; echo "ncu rc=
     boundary-sbh) time timeout 120 kdactl bench --shape 1,8192,16 --shape 1,8192,21 --shape 1,8192,24 --shape 1,8192,32 --shape 1,4096,8 --shape 1,2048,2 \
         --shape 1,1024,1 --shape 2,8192,8 --routes chunk,small_bh --peers none --iters 10 --warmup 2 \
         --markdown $OUT/boundary_sbh.md > /dev/null; cat $OUT/boundary_sbh.md ;;
-    warm-starts)  # route small_bh's warm starts, varlen units and state pools: their tests, then both gate draws
+    warm-starts)  # route small_bh's warm starts, varlen units and state pools: their tests, then each gate draw
       time timeout ${TESTS_TIMEOUT:-300} python3 -m pytest -q -m gpu tests/test_kda_small_bh_gpu.py tests/test_kda_fused_gpu.py \
         tests/test_kda_serving_gpu.py checks/test_routes.py -p no:cacheprovider --durations=5 --junitxml=$OUT/warm.xml \
         -o junit_logging=system-out 2>&1 | grep -vE "^(tests|checks|\s)" | tail -25
       python3 scripts/error_ratios.py $OUT/warm.xml 2>/dev/null | tail -2
-      for draw in flashkda init; do
+      for draw in flashkda test init; do
         time timeout 150 kdactl bench --suite production --gate-params $draw --routes auto,chunk,small_bh --peers ${WPEERS:-cudnn} \
           --iters 6 --warmup 1 --markdown $OUT/production_$draw.md > /dev/null; cat $OUT/production_$draw.md
       done ;;

@@ -1,6 +1,6 @@
 """The bound route small_bh's warm starts rest on (csrc/kda_chunk.cuh, kDropLog2), in fp64 on the CPU:
-a chunk's state map T = Diag(eG) - Kr^T W has ||T||_2 <= max eG + sum_t ||Kr_t|| ||W_t||, computed
-from the same chunk factors as the kernels, and equal to the product of the tokens' delta-rule maps.
+a chunk's state map T = Diag(eG) - Kr^T W (kdactl.reference.chunk_state_map) is the product of its
+tokens' delta-rule maps, and ||T||_2 <= max eG + sum_t ||Kr_t|| ||W_t||.
 A bound per key channel does not hold: carried_history_inputs keeps a quarter of the state through
 chunks in which every channel decays by e^-40."""
 
@@ -11,23 +11,10 @@ import math
 import pytest
 import torch
 
+from kdactl.reference import chunk_state_map
 from tests.kda_inputs import carried_history_inputs, make_inputs
 
 C = 16
-
-
-def chunk_factors(k, g, beta):
-    """(T, bound) of one chunk in fp64: k, g [C, K] (log-space gate), beta [C]."""
-    k, g, beta = k.double(), g.double(), beta.double()
-    G = g.cumsum(0)
-    A = torch.zeros(C, C, dtype=torch.float64)
-    for t in range(C):
-        for s in range(t):
-            A[t, s] = beta[t] * (k[t] * k[s] * torch.exp(G[t] - G[s])).sum()
-    M = torch.linalg.solve(torch.eye(C, dtype=torch.float64) + A, torch.diag(beta))
-    W, Kr, eG = M @ (k * torch.exp(G)), k * torch.exp(G[-1] - G), torch.exp(G[-1])
-    T = torch.diag(eG) - Kr.T @ W
-    return T, eG.max() + (Kr.norm(dim=1) * W.norm(dim=1)).sum()
 
 
 def token_product(k, g, beta):
@@ -51,7 +38,7 @@ def test_bound_holds_and_the_chunk_form_is_the_token_product(g_range):
     x, _ = make_inputs(1, 4 * C, 2, g_range=g_range, seed=3)
     maps = []
     for k, g, beta in chunks_of(x):
-        T, bound = chunk_factors(k, g, beta)
+        T, bound = chunk_state_map(k, g, beta)
         assert torch.allclose(T, token_product(k, g, beta), atol=1e-12)
         assert torch.linalg.matrix_norm(T, 2) <= bound * (1 + 1e-12)
         maps.append((T, bound))
@@ -63,7 +50,7 @@ def test_strong_decay_is_forgotten_within_a_chunk_or_two():
     """Where the gate decays every channel strongly (g in [-8, 0]), the bound reaches 2^-20 (the
     kernels' kDropLog2) within two chunks: the warm starts are taken."""
     x, _ = make_inputs(1, 4 * C, 1, g_range=(-8.0, 0.0), seed=5)
-    log2 = [math.log2(chunk_factors(k, g, beta)[1]) for k, g, beta in chunks_of(x)]
+    log2 = [math.log2(chunk_state_map(k, g, beta)[1]) for k, g, beta in chunks_of(x)]
     assert all(a + b <= -20 for a, b in zip(log2, log2[1:])), log2
 
 
@@ -71,7 +58,7 @@ def test_history_that_every_channel_forgets_but_the_state_keeps():
     x = carried_history_inputs(4 * C, H=1)
     for k, g, beta in chunks_of(x):
         per_channel = g.double().sum(0).exp().max()  # max_d prod_t e^g_d
-        T, bound = chunk_factors(k, g, beta)
+        T, bound = chunk_state_map(k, g, beta)
         norm = torch.linalg.matrix_norm(T, 2)
         assert per_channel <= math.exp(-40) and norm >= 0.24, (per_channel, norm)
         assert bound >= norm  # so no warm start is taken on it: the segment starts stitched, exactly

@@ -1,0 +1,61 @@
+"""How far back the state remembers, per chunk of 16 tokens, for the bench's inputs (CPU, fp64): the
+norm of each chunk's state map and the bound route small_bh's warm starts use, and how many chunks a
+segment must walk back before that bound reaches 2^-20 (csrc/kda_chunk.cuh kDropLog2, kWarmChunks).
+
+    python3 scripts/decay_bounds.py [--config lower-bound|softplus] [--gate-params test|init|flashkda] [--heads 8] [--chunks 24]
+
+One line per head: exp(A_log), the median and largest ||T||_2 over the chunks, the same for the
+bound, and the warm-up chunks a segment start needs (median, worst; '-' past kWarmChunks: stitched)."""
+import argparse
+import math
+
+import torch
+
+from kdactl.bench import candidates
+from kdactl.bench.configs import CONFIGS, GATE_PARAMS
+from kdactl.bench.suites import fixed
+from kdactl.reference import chunk_state_map, fused_inputs
+
+C, DROP_LOG2, WARM_CHUNKS = 16, -20.0, 8
+
+
+def warm_chunks(log2_bounds: list[float], first: int) -> int | None:
+    """Chunks walked back from chunk ``first`` until the bounds multiply to 2^DROP_LOG2, else None."""
+    total = 0.0
+    for w in range(1, WARM_CHUNKS + 1):
+        total += log2_bounds[first - w]
+        if total <= DROP_LOG2:
+            return w
+    return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="lower-bound", choices=[c for c in CONFIGS if CONFIGS[c].fused])
+    ap.add_argument("--gate-params", default="test", choices=list(GATE_PARAMS))
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--chunks", type=int, default=24)
+    args = ap.parse_args()
+    shape = fixed(1, args.chunks * C, args.heads)
+    shape = type(shape)(**{**shape.__dict__, "config": args.config, "gate_params": args.gate_params})
+    x = candidates.make_inputs(shape, torch.device("cpu"))
+    q, k, g, beta = fused_inputs(x["q"], x["k"], x["v"], x["g"], x["beta"], x["config"].fused_spec(), x["A_log"], x["dt_bias"])
+    print(f"{args.config}, gate parameters {args.gate_params}: per head, over {args.chunks} chunks of {C} tokens")
+    for h in range(args.heads):
+        norms, bounds = [], []
+        for c in range(args.chunks):
+            rows = slice(c * C, (c + 1) * C)
+            T, bound = chunk_state_map(k[0, rows, h], g[0, rows, h], beta[0, rows, h])
+            norms.append(torch.linalg.matrix_norm(T, 2).item())
+            bounds.append(bound.item())
+        log2 = [math.log2(b) if b > 0 else -math.inf for b in bounds]
+        walks = [warm_chunks(log2, first) for first in range(WARM_CHUNKS, args.chunks)]
+        done = sorted(w for w in walks if w is not None)
+        med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+        warm = f"{med(done)} / {max(done)}" if len(done) == len(walks) else f"- ({len(walks) - len(done)} of {len(walks)} stitched)"
+        print(f"  head {h}: exp(A_log) {x['A_log'][h].exp().item():5.2f}  ||T|| median {med(norms):.1e} max {max(norms):.1e}"
+              f"  bound median {med(bounds):.1e} max {max(bounds):.1e}  warm-up chunks {warm}")
+
+
+if __name__ == "__main__":
+    main()
