@@ -1,0 +1,115 @@
+"""Route small_bh's decisions, on a model: a sequence as affine chunk maps S_{c+1} = T_c S_c + E_c with
+known norms, cut into segments, through the passes csrc/kda_small_bh.cu and csrc/kda_chunk.cuh run
+(warm_start, the reductions each skips, the stitch's steps, the replay's start). Every replay must
+start from the true state, to within the history a warm start may drop (2^-20 of the state); over
+random patterns of strongly and weakly decaying chunks, so that warm and stitched segments mix."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+DROP_LOG2, WARM_CHUNKS = -20.0, 8  # csrc/kda_chunk.cuh kDropLog2, kWarmChunks
+D = 6  # the model's state size
+
+
+def warm_start(log2_bounds: list[float], first: int) -> int:
+    """The chunk segment `first`'s walk starts from (0: the sequence's start), or -1: stitched."""
+    if first == 0:
+        return 0
+    total = 0.0
+    for w in range(WARM_CHUNKS):
+        c = first - 1 - w
+        if c <= 0:
+            return 0
+        total += log2_bounds[c]
+        if total <= DROP_LOG2:
+            return c
+    return -1
+
+
+def walk(maps, adds, start_state, c0, c1):
+    s = start_state
+    for c in range(c0, c1):
+        s = maps[c] @ s + adds[c]
+    return s
+
+
+def small_bh(maps, adds, s0, seg_chunks):
+    """The replay's start state of every segment, as the kernels decide it."""
+    chunks = len(maps)
+    P = -(-chunks // seg_chunks)
+    log2 = [math.log2(torch.linalg.matrix_norm(m, 2).item() or 2.0**-200) for m in maps]
+    first = [p * seg_chunks for p in range(P)]
+    end = [min(chunks, f + seg_chunks) for f in first]
+    warm = [warm_start(log2, f) for f in first]
+    ends, mats = {}, {}  # the reductions that run: E (absolute where the segment starts warm) and M
+    for p in range(P - 1):
+        if warm[p + 1] >= 0:
+            continue  # no replay reads S_{p+1}
+        if warm[p] >= 0:
+            ends[p] = walk(maps, adds, s0 if warm[p] == 0 else torch.zeros_like(s0), warm[p], end[p])
+        else:
+            ends[p] = walk(maps, adds, torch.zeros_like(s0), first[p], end[p])
+            mats[p] = walk(maps, [torch.zeros_like(a) for a in adds], torch.eye(D, dtype=s0.dtype), first[p], end[p])
+    start = ends.get(0)  # the stitch: S_1 = E_0
+    for p in range(1, P - 1):
+        if warm[p + 1] >= 0:
+            continue
+        if warm[p] >= 0:
+            start = ends[p]  # E_p is S_{p+1} already
+            continue
+        start = mats[p] @ start + ends[p]
+        ends[p] = start
+    starts = []
+    for p in range(P):  # the replay: from a warm start, walked up to the segment's first chunk, or stitched
+        if warm[p] >= 0:
+            starts.append(walk(maps, adds, s0 if warm[p] == 0 else torch.zeros_like(s0), warm[p], first[p]))
+        else:
+            starts.append(ends[p - 1])
+    return starts, warm
+
+
+def chunk_maps(pattern: str, gen: torch.Generator):
+    """Maps of norm 1e-4 ('s': strong decay) or 0.9 ('w': weak), rotations scaled, and random adds."""
+    maps, adds = [], []
+    for kind in pattern:
+        rotation, _ = torch.linalg.qr(torch.randn(D, D, dtype=torch.float64, generator=gen))
+        maps.append(rotation * (1e-4 if kind == "s" else 0.9))
+        adds.append(torch.randn(D, 1, dtype=torch.float64, generator=gen))
+    return maps, adds
+
+
+def case(seed: int):
+    """A random sequence: runs of strong and weak chunks, a random segment length, and a start state."""
+    rnd, gen = random.Random(seed), torch.Generator().manual_seed(seed)
+    chunks = rnd.randint(4, 120)
+    pattern = "".join(rnd.choice("sw") * rnd.randint(1, 12) for _ in range(chunks))[:chunks]
+    maps, adds = chunk_maps(pattern, gen)
+    return maps, adds, torch.randn(D, 1, dtype=torch.float64, generator=gen), rnd.randint(2, max(2, chunks // 2))
+
+
+SEEDS = range(60)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_replay_starts_from_the_true_state(seed):
+    maps, adds, s0, seg_chunks = case(seed)
+    starts, warm = small_bh(maps, adds, s0, seg_chunks)
+    for p, s in enumerate(starts):
+        truth = walk(maps, adds, s0, 0, p * seg_chunks)
+        err = ((s - truth).norm() / truth.norm()).item()
+        assert err <= 2.0**-19, (seed, p, warm[p], err)
+
+
+def test_the_cases_mix_every_kind_of_start():
+    """Warm starts past the sequence's start, walks from its start, and stitched starts all occur."""
+    kinds = set()
+    for seed in SEEDS:
+        maps, adds, s0, seg_chunks = case(seed)
+        _, warm = small_bh(maps, adds, s0, seg_chunks)
+        kinds |= {"warm" if w > 0 else "from the start" if w == 0 else "stitched" for w in warm[1:]}
+    assert kinds == {"warm", "from the start", "stitched"}
