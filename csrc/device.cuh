@@ -162,6 +162,7 @@ __device__ __forceinline__ float2 to_f2(const __nv_bfloat16* p) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
 }
 __device__ __forceinline__ float2 to_f2(const __half* p) { return __half22float2(*reinterpret_cast<const __half2*>(p)); }
+__device__ __forceinline__ float2 to_f2(const float* p) { return *reinterpret_cast<const float2*>(p); }  // 8-byte aligned
 // Four adjacent elements as floats, in one load: 16-byte aligned fp32, or 8-byte aligned 16-bit.
 __device__ __forceinline__ float4 to_f4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 template <typename T>

@@ -122,29 +122,49 @@ __device__ __forceinline__ float row_sum_sq(const T* row, int first) {
 }
 
 // A and P term by term, for chunks whose decay is too steep to factor (kShiftLimit), from G as staged
-// (sm.G, before the e^G pass): lane j holds keys 4j .. 4j + 3, so every e^(G_t - G_s) is one MUFU op
-// and each read is 16 conflict-free bytes. Row t at a time, each lane sums its keys' share of P_ts
-// and A_ts for s <= t (32 values), then a reduce-scatter sums the lanes' shares: lane 2s + 1 holds
-// A_ts, lane 2s P_ts, and the places above the diagonal stay zero. The loop over t stays rolled, so
-// this rarely taken path adds little code beside the tensor-core one.
+// (sm.G, before the e^G pass): lane j holds keys KPL j .. KPL j + KPL - 1. Row t at a time,
+// X_s = k_s e^(G_t - G_s) for s < t is carried from row t - 1 by one product with e^(g_t) =
+// e^(G_t - G_(t-1)) (decays only shrink it, so nothing overflows, and a term small enough to
+// underflow is one the sum cannot see): KPL MUFU ops a row where each term took one. Each lane sums
+// its keys' share of P_ts = q_t . X_s and A_ts = k_t . X_s for s <= t (32 values), then a
+// reduce-scatter sums the lanes' shares: lane 2s + 1 holds A_ts, lane 2s P_ts, and the places above the
+// diagonal stay zero. The loop over t stays rolled, so this rarely taken path adds little code beside
+// the tensor-core one.
+// A lane's 2 or 4 adjacent keys of a row, as floats, in one access.
+template <typename T>
+__device__ __forceinline__ void lane_keys(const T* p, float (&out)[4]) {
+  const float4 x = to_f4(p);
+  out[0] = x.x, out[1] = x.y, out[2] = x.z, out[3] = x.w;
+}
+template <typename T>
+__device__ __forceinline__ void lane_keys(const T* p, float (&out)[2]) {
+  const float2 x = to_f2(p);
+  out[0] = x.x, out[1] = x.y;
+}
+
 template <int K, typename In, typename Sm>
 __device__ __forceinline__ void exact_a_p(Sm& sm, int lane, float scale) {
   static_assert(2 * C == 32, "a row's P and A values, one a lane");
-  const bool keys = lane < K / 4;
+  constexpr int KPL = K / 32;  // keys per lane
+  static_assert(KPL == 2 || KPL == 4, "a lane's keys in one 8- or 16-byte access (no bank conflicts)");
+  const int key0 = KPL * lane;
+  float X[C][KPL], G_prev[KPL] = {};
 #pragma unroll 1
   for (int t = 0; t < C; ++t) {
-    float v[2 * C];
-    float4 kt = make_float4(0.f, 0.f, 0.f, 0.f), qt = kt, Gt = kt;
-    if (keys) kt = to_f4(&sm.k[t][4 * lane]), qt = to_f4(&sm.q[t][4 * lane]), Gt = to_f4(&sm.G[t][4 * lane]);
+    float v[2 * C], kt[KPL], qt[KPL], Gt[KPL], decay[KPL];
+    lane_keys(&sm.k[t][key0], kt);
+    lane_keys(&sm.q[t][key0], qt);
+    lane_keys(&sm.G[t][key0], Gt);
+#pragma unroll
+    for (int e = 0; e < KPL; ++e) decay[e] = ex(Gt[e] - G_prev[e]), G_prev[e] = Gt[e];
 #pragma unroll
     for (int s = 0; s < C; ++s) {
       float sa = 0.f, sp = 0.f;
-      if (keys && s <= t) {
-        const float4 ks = to_f4(&sm.k[s][4 * lane]), Gs = to_f4(&sm.G[s][4 * lane]);
-        const float d0 = ks.x * ex(Gt.x - Gs.x), d1 = ks.y * ex(Gt.y - Gs.y);
-        const float d2 = ks.z * ex(Gt.z - Gs.z), d3 = ks.w * ex(Gt.w - Gs.w);
-        sa = fmaf(kt.x, d0, fmaf(kt.y, d1, fmaf(kt.z, d2, kt.w * d3)));
-        sp = fmaf(qt.x, d0, fmaf(qt.y, d1, fmaf(qt.z, d2, qt.w * d3)));
+#pragma unroll
+      for (int e = 0; e < KPL; ++e) {
+        if (s < t) X[s][e] *= decay[e];
+        if (s == t) X[s][e] = kt[e];
+        if (s <= t) sa = fmaf(kt[e], X[s][e], sa), sp = fmaf(qt[e], X[s][e], sp);
       }
       v[2 * s] = sp, v[2 * s + 1] = sa;
     }
