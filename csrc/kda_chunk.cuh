@@ -29,6 +29,7 @@ constexpr int C = KDACTL_CHUNK;        // tokens per chunk
 // e^+-60 leaves fp32 room for q and k to 1e12, and the lower-bound gate (>= -5 a token, so |G'| <= 40)
 // always fits. Past it (steeper decays within 8 tokens), exactly, term by term.
 constexpr float kShiftLimit = 60.f;
+constexpr float kF16Safe = 60000.f;  // |U| up to here rounds to a finite fp16 (65504 is its largest)
 
 // One (chunk, head)'s prepared factors in the workspace; every offset is a multiple of 16 bytes.
 // M' and P go as bf16 pairs hi + lo (hi = bf16(x), lo = bf16(x - hi)): the recurrence's bf16
@@ -38,7 +39,7 @@ struct Block {
   static constexpr int kPlanes = 4;                // M' hi, M' lo, P hi, P lo: [C][C] bf16 each
   static constexpr int64_t kW = 0;                 // -W  [C][K] bf16
   static constexpr int64_t kQ = kW + C * K * 2;    // Qg  [C][K] bf16
-  static constexpr int64_t kKr = kQ + C * K * 2;   // Kr  [C][K] bf16
+  static constexpr int64_t kKr = kQ + C * K * 2;   // Kr  [C][K] bf16, fp16 when q, k, v are (a.qkv_fp16)
   static constexpr int64_t kM = kKr + C * K * 2;   // the planes
   static constexpr int64_t kEg = kM + kPlanes * C * C * 2;  // eG  [K]    fp32
   // log2 of a bound on the norm of the chunk's state map (route small_bh only), padded to 16 bytes
@@ -121,15 +122,6 @@ __device__ __forceinline__ float row_sum_sq(const T* row, int first) {
   return acc + __shfl_xor_sync(0xffffffffu, acc, 1);
 }
 
-// A and P term by term, for chunks whose decay is too steep to factor (kShiftLimit), from G as staged
-// (sm.G, before the e^G pass): lane j holds keys KPL j .. KPL j + KPL - 1. Row t at a time,
-// X_s = k_s e^(G_t - G_s) for s < t is carried from row t - 1 by one product with e^(g_t) =
-// e^(G_t - G_(t-1)) (decays only shrink it, so nothing overflows, and a term small enough to
-// underflow is one the sum cannot see): KPL MUFU ops a row where each term took one. Each lane sums
-// its keys' share of P_ts = q_t . X_s and A_ts = k_t . X_s for s <= t (32 values), then a
-// reduce-scatter sums the lanes' shares: lane 2s + 1 holds A_ts, lane 2s P_ts, and the places above the
-// diagonal stay zero. The loop over t stays rolled, so this rarely taken path adds little code beside
-// the tensor-core one.
 // A lane's 2 or 4 adjacent keys of a row, as floats, in one access.
 template <typename T>
 __device__ __forceinline__ void lane_keys(const T* p, float (&out)[4]) {
@@ -142,46 +134,71 @@ __device__ __forceinline__ void lane_keys(const T* p, float (&out)[2]) {
   out[0] = x.x, out[1] = x.y;
 }
 
+// A and P term by term, for chunks whose decay is too steep to factor (kShiftLimit), from G as staged
+// (sm.G, before the e^G pass): lane j holds keys KPL j .. KPL j + KPL - 1. In two passes over the
+// columns s < 8 and s >= 8, row t at a time, X_s = k_s e^(G_t - G_s) is carried from row t - 1 by one
+// product with e^(g_t) = e^(G_t - G_(t-1)) (decays only shrink it, so nothing overflows, and a term
+// small enough to underflow is one the sum cannot see): KPL MUFU ops a row where each term took one,
+// and a pass holds 8 columns' X (the chunk route's fused grid has no registers for 16). Each lane sums
+// its keys' share of P_ts = q_t . X_s and A_ts = k_t . X_s for the pass's s <= t (16 values), a
+// reduce-scatter sums the lanes' shares: lane 2s' + 1 holds A_ts, lane 2s' P_ts (s = 8 pass + s'),
+// and places above the diagonal are zero. The loop over t stays rolled, so this rarely taken path adds
+// little code beside the tensor-core one.
 template <int K, typename In, typename Sm>
 __device__ __forceinline__ void exact_a_p(Sm& sm, int lane, float scale) {
-  static_assert(2 * C == 32, "a row's P and A values, one a lane");
-  constexpr int KPL = K / 32;  // keys per lane
+  constexpr int KPL = K / 32, S = C / 2;  // keys per lane, columns per pass
   static_assert(KPL == 2 || KPL == 4, "a lane's keys in one 8- or 16-byte access (no bank conflicts)");
+  static_assert(4 * S == 32, "a pass's P and A values for a row, 16 lanes");
   const int key0 = KPL * lane;
-  float X[C][KPL], G_prev[KPL] = {};
+  for (int r = lane; r < S * S; r += 32) sm.NM[r / S][S + r % S] = 0.f, sm.P[r / S][S + r % S] = 0.f;  // t < 8 <= s
 #pragma unroll 1
-  for (int t = 0; t < C; ++t) {
-    float v[2 * C], kt[KPL], qt[KPL], Gt[KPL], decay[KPL];
-    lane_keys(&sm.k[t][key0], kt);
-    lane_keys(&sm.q[t][key0], qt);
-    lane_keys(&sm.G[t][key0], Gt);
+  for (int pass = 0; pass < 2; ++pass) {
+    const int s0 = S * pass;
+    float X[S][KPL], G_prev[KPL];
+    if (pass == 0) {
 #pragma unroll
-    for (int e = 0; e < KPL; ++e) decay[e] = ex(Gt[e] - G_prev[e]), G_prev[e] = Gt[e];
-#pragma unroll
-    for (int s = 0; s < C; ++s) {
-      float sa = 0.f, sp = 0.f;
-#pragma unroll
-      for (int e = 0; e < KPL; ++e) {
-        if (s < t) X[s][e] *= decay[e];
-        if (s == t) X[s][e] = kt[e];
-        if (s <= t) sa = fmaf(kt[e], X[s][e], sa), sp = fmaf(qt[e], X[s][e], sp);
-      }
-      v[2 * s] = sp, v[2 * s + 1] = sa;
+      for (int e = 0; e < KPL; ++e) G_prev[e] = 0.f;
+    } else {
+      lane_keys(&sm.G[s0 - 1][key0], G_prev);
     }
-    reduce_scatter_step<16>(v, lane);
-    reduce_scatter_step<8>(v, lane);
-    reduce_scatter_step<4>(v, lane);
-    reduce_scatter_step<2>(v, lane);
-    reduce_scatter_step<1>(v, lane);
-    const int s = lane / 2;
-    if (lane & 1) sm.NM[t][s] = s < t ? sm.beta[t] * v[0] : 0.f;
-    else sm.P[t][s] = scale * v[0];
+#pragma unroll 1
+    for (int t = s0; t < C; ++t) {
+      float v[2 * S], kt[KPL], qt[KPL], Gt[KPL], decay[KPL];
+      lane_keys(&sm.k[t][key0], kt);
+      lane_keys(&sm.q[t][key0], qt);
+      lane_keys(&sm.G[t][key0], Gt);
+#pragma unroll
+      for (int e = 0; e < KPL; ++e) decay[e] = ex(Gt[e] - G_prev[e]), G_prev[e] = Gt[e];
+#pragma unroll
+      for (int c = 0; c < S; ++c) {
+        const int s = s0 + c;
+        float sa = 0.f, sp = 0.f;
+#pragma unroll
+        for (int e = 0; e < KPL; ++e) {
+          if (s < t) X[c][e] *= decay[e];
+          if (s == t) X[c][e] = kt[e];
+          if (s <= t) sa = fmaf(kt[e], X[c][e], sa), sp = fmaf(qt[e], X[c][e], sp);
+        }
+        v[2 * c] = sp, v[2 * c + 1] = sa;
+      }
+      reduce_scatter_step<8>(v, lane);  // over lanes l and l ^ 8, .., l ^ 1: lane l has value l % 16
+      reduce_scatter_step<4>(v, lane);
+      reduce_scatter_step<2>(v, lane);
+      reduce_scatter_step<1>(v, lane);
+      const float total = v[0] + __shfl_xor_sync(0xffffffffu, v[0], 16);
+      const int s = s0 + (lane & 15) / 2;
+      if (lane < 16) {
+        if (lane & 1) sm.NM[t][s] = s < t ? sm.beta[t] * total : 0.f;
+        else sm.P[t][s] = scale * total;
+      }
+    }
   }
 }
 
 // One (chunk, head)'s factors into its workspace block, by one warp: rows row0 .. row0 + ntok - 1 of
-// the flattened layout (ntok <= C), into slot `slot`.
-template <int K, typename GT, typename In>
+// the flattened layout (ntok <= C), into slot `slot`. BOUND: with the bound on the chunk's state map
+// when route small_bh asks for it (a.segment_chunks > 0); the chunk route's fused grid never does.
+template <int K, typename GT, typename In, bool BOUND = true>
 __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned char* ws, int64_t slot, int h,
                                               int64_t row0, int ntok, PrepSmem<K, GT, In>& sm) {
   using Sm = PrepSmem<K, GT, In>;
@@ -282,8 +299,10 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
       const float4 kv = to_f4(&sm.k[r][4 * j]);
       const float4 kr = make_float4(kv.x * ex(run[0] - Gr[r][0]), kv.y * ex(run[1] - Gr[r][1]),
                                     kv.z * ex(run[2] - Gr[r][2]), kv.w * ex(run[3] - Gr[r][3]));
-      *reinterpret_cast<uint2*>(kr_out + r * K + 4 * j) = make_uint2(pack_bf16(kr.x, kr.y), pack_bf16(kr.z, kr.w));
-      kr_sq[r] = fmaf(kr.x, kr.x, fmaf(kr.y, kr.y, fmaf(kr.z, kr.z, kr.w * kr.w)));
+      *reinterpret_cast<uint2*>(kr_out + r * K + 4 * j) =
+          a.qkv_fp16 ? make_uint2(pack_f16(kr.x, kr.y), pack_f16(kr.z, kr.w))  // |Kr| <= |k|: in fp16's range
+                     : make_uint2(pack_bf16(kr.x, kr.y), pack_bf16(kr.z, kr.w));
+      if constexpr (BOUND) kr_sq[r] = fmaf(kr.x, kr.x, fmaf(kr.y, kr.y, fmaf(kr.z, kr.z, kr.w * kr.w)));
     }
   }
   exact = __any_sync(0xffffffffu, exact);
@@ -424,7 +443,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     put(q_st[g + 8], c0, qg[1]);
   }
   __syncwarp();
-  if (a.segment_chunks > 0) {  // route small_bh: the bound on this chunk's state map (kDropLog2)
+  if (BOUND && a.segment_chunks > 0) {  // route small_bh: the bound on this chunk's state map (kDropLog2)
     reduce_scatter_step<8>(kr_sq, lane);  // then lane l holds row l % C's share of 16 lanes
     reduce_scatter_step<4>(kr_sq, lane);
     reduce_scatter_step<2>(kr_sq, lane);
@@ -785,20 +804,34 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
     for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) u[nt][i] += u_odd[nt][i] + u_v[nt][i];
-    // S^T = S^T Diag(eG) + U^T Kr.
+    // S^T = S^T Diag(eG) + U^T Kr. With fp16 q, k, v, Kr is fp16 and so is U where the warp's U fits
+    // fp16's range (else bf16, and Kr converted): 8x finer than bf16, which the final state of an fp16
+    // call needs (U and Kr in bf16 dominate its error: scripts/chunk_precision.py --fla-gate-case).
     const uint32_t au[4] = {pack_bf16(u[0][0], u[0][1]), pack_bf16(u[0][2], u[0][3]),
                             pack_bf16(u[1][0], u[1][1]), pack_bf16(u[1][2], u[1][3])};
+    float u_max = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) u_max = fmaxf(u_max, fabsf(u[nt][i]));
+    const bool u_f16 = a.qkv_fp16 && !__any_sync(0xffffffffu, u_max > kF16Safe);
+    const uint32_t au16[4] = {pack_f16(u[0][0], u[0][1]), pack_f16(u[0][2], u[0][3]),
+                              pack_f16(u[1][0], u[1][1]), pack_f16(u[1][2], u[1][3])};
     const int tr = ((lane >> 3) & 1) * 8 + (lane & 7), tc = (lane >> 4) * 8;
 #pragma unroll
     for (int jj = 0; jj < K / 16; ++jj) {
       uint32_t bk[4];
       ldmatrix_x4_trans(bk, &st.kr[tr][16 * jj + tc]);
+      if (a.qkv_fp16 && !u_f16)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) bk[i] = f16_to_bf16(bk[i]);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int j = 2 * jj + half;
         const float2 e = *reinterpret_cast<const float2*>(&st.eg[8 * j + 2 * t]);
         s[j][0] *= e.x, s[j][1] *= e.y, s[j][2] *= e.x, s[j][3] *= e.y;
-        mma_bf16(s[j], au, bk[2 * half], bk[2 * half + 1]);
+        if (u_f16) mma_f16(s[j], au16, bk[2 * half], bk[2 * half + 1]);
+        else mma_bf16(s[j], au, bk[2 * half], bk[2 * half + 1]);
       }
     }
     if (emit) {  // O^T += U^T P^T (the U the state took), then o through a per-warp tile, 16 bytes a lane

@@ -60,7 +60,7 @@ __device__ __forceinline__ void produce(const kdactl_kda_args& a, unsigned char*
     if (row0 >= eos) continue;  // sequence n has fewer chunks
     const int64_t slot = bos / C + n + c;
     const int h = static_cast<int>(nh % a.heads);
-    prepare_chunk<K, GT, In>(a, ws, slot, h, row0, static_cast<int>(eos - row0 < C ? eos - row0 : C), sm);
+    prepare_chunk<K, GT, In, false>(a, ws, slot, h, row0, static_cast<int>(eos - row0 < C ? eos - row0 : C), sm);
     __syncwarp();  // every lane's stores, before lane 0's release
     if (lane == 0) {
       __threadfence();
