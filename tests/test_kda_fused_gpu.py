@@ -274,3 +274,28 @@ def test_chunk_shifted_reference_at_its_limit(decay):
     x["beta"] = torch.sigmoid(x["beta"].float()).to(x["beta"].dtype)
     s0 = torch.randn(1, 2, 128, 128, device="cuda") * 0.5
     check(x, Fused(), route="chunk", s0=s0)
+
+
+def test_fp16_final_state_within_flas_tolerance():
+    """fla's test_fused_recurrent_gate_in_kernel[B3-T1000-H2-HV8-D128-...-float16] draw: fp16 q, k, v
+    (2 q/k heads for 8 value heads), scale 1, the softplus gate from A_log = log U(1, 16), h0 ~ N(0, 1).
+    fla allows 2e-3; with bf16 operands in the state update the final state was 2.4e-3 off
+    (scripts/chunk_precision.py --fla-gate-case emulates 2.36e-3 before, 2.8e-4 with fp16 operands)."""
+    from kdactl.kda.fused import BETA_AS_GIVEN
+
+    gen = torch.Generator(device="cuda").manual_seed(42)
+    B, T, H, HV, D = 3, 1000, 2, 8, 128
+    q, k = (torch.rand(B, T, H, D, device="cuda", generator=gen).half() for _ in range(2))
+    v = torch.rand(B, T, HV, D, device="cuda", generator=gen).half()
+    beta = torch.rand(B, T, HV, device="cuda", generator=gen).half().sigmoid()
+    g = torch.randn(B, T, HV, D, device="cuda", generator=gen)
+    A_log = torch.empty(HV, device="cuda").uniform_(1, 16, generator=gen).log()
+    h0 = torch.randn(B, HV, D, D, device="cuda", generator=gen)
+    fused = Fused(qk_l2norm=True, beta_mode=BETA_AS_GIVEN, gate_mode=GATE_SOFTPLUS)
+    o, s = prefill(q, k, v, g, beta, scale=1.0, initial_state=h0, output_final_state=True, fused=fused, A_log=A_log)
+    torch.cuda.synchronize()
+    qr, kr, gr, br = fused_inputs(q, k, v, g, beta, fused, A_log)
+    o_ref, s_ref = kda_recurrent(qr, kr, v, gr, br, scale=1.0, initial_state=h0, device="cuda")
+    eo, es = error_ratio(o_ref, o), error_ratio(s_ref, s)
+    print(f"error ratio o={eo:.3e} state={es:.3e}")
+    assert eo <= 2e-3 and es <= 1e-3, (eo, es)
