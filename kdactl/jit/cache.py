@@ -160,12 +160,13 @@ def _check_mode_and_owner(path: Path, st: os.stat_result, shared: bool, what: st
     for a level reached through a symlink, one more for every folder on its real path."""
     real = _real_path(path)
     shown = f"{path}" if real is None else f"{path} resolves to {real}, which"
-    problem = unsafe_mode_or_owner(st.st_mode, st.st_uid, os.geteuid(), shared=shared)
-    if problem.startswith("is writable"):
-        raise UnsafeCache(f"{what} {shown} {problem}; refusing to load code from it; "
+    writable = writable_by_others(st.st_mode)
+    if writable:
+        raise UnsafeCache(f"{what} {shown} {writable}; refusing to load code from it; "
                           f"run 'chmod go-w {real or path}' or {other_fix}")  # fmt: skip
-    if problem:
-        raise UnsafeCache(f"cache {what} {shown} {problem}; set KDACTL_CACHE_DIR to a directory of your own")
+    foreign = foreign_owner(st.st_uid, os.geteuid(), shared=shared)
+    if foreign:
+        raise UnsafeCache(f"cache {what} {shown} {foreign}; set KDACTL_CACHE_DIR to a directory of your own")
     for folder in real.parents if real is not None else ():
         folder_st = os.stat(folder)
         problem = unsafe_mode_or_owner(folder_st.st_mode, folder_st.st_uid, os.geteuid(), shared=shared, above=True)
@@ -187,8 +188,18 @@ def unsafe_mode_or_owner(mode: int, uid: int, euid: int, *, shared: bool, above:
     owner is this user. A folder ``above`` it on a symlink's real path need only keep others from
     replacing what it holds: sticky when others can write it (as /tmp), and owned by this user or
     root (unless ``shared``)."""
+    return writable_by_others(mode, above=above) or foreign_owner(uid, euid, shared=shared, above=above)
+
+
+def writable_by_others(mode: int, *, above: bool = False) -> str:
+    """unsafe_mode_or_owner's rule on the mode alone ("" when it holds)."""
     if mode & 0o022 and not (above and mode & stat.S_ISVTX):
         return f"is writable by group or other (mode {oct(mode & 0o7777)})"
+    return ""
+
+
+def foreign_owner(uid: int, euid: int, *, shared: bool, above: bool = False) -> str:
+    """unsafe_mode_or_owner's rule on the owner alone ("" when it holds)."""
     if not shared and uid != euid and not (above and uid == 0):
         return f"is owned by uid {uid}, not this user (uid {euid})"
     return ""
