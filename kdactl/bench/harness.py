@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 import os
 import platform
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from kdactl.bench.model import Candidate
 from kdactl.bench.suites import Shape

@@ -7,10 +7,11 @@ judges the document, not the node."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from rich.console import Console
 
@@ -23,7 +24,7 @@ from kdactl.settings import Settings
 @dataclass
 class VerifyReport:
     path: str
-    doc: Optional[dict[str, Any]]
+    doc: dict[str, Any] | None
     failures: list[str]
     notes: list[str] = field(default_factory=list)
 
