@@ -192,4 +192,9 @@ def resolve_shapes(suite: str | None, shapes=(), varlens=(), heads: int | None =
             )
         picked = [dataclasses.replace(s, gate_params=gate_params) if CONFIGS[s.config].fused else s for s in picked]
     seen: set[str] = set()
-    return [s for s in picked if not (s.key in seen or seen.add(s.key))]
+    unique = []
+    for s in picked:
+        if s.key not in seen:
+            seen.add(s.key)
+            unique.append(s)
+    return unique
