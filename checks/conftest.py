@@ -84,5 +84,7 @@ def gpu_sku(device):
 
     props = torch.cuda.get_device_properties(device)
     # certify passes the SKU it classified; a run by hand classifies this GPU itself
-    sku = os.environ.get("KDACTL_SKU") or classify_sku(props.name, (props.major, props.minor), props.multi_processor_count)
+    sku = os.environ.get("KDACTL_SKU") or classify_sku(
+        props.name, (props.major, props.minor), props.multi_processor_count
+    )
     return sku, load_skus().get(sku)

@@ -62,7 +62,14 @@ def _route_smokes(info, device, wrong: list[str]) -> list[str]:
     """Every eligible route on every payload row, fixed and varlen, with and without state.
     Appends a line per wrong result to ``wrong``; returns the route of every smoke that ran."""
     from kdactl.kda import ROUTES
-    from kdactl.smoke import PAYLOAD_ROWS, SMOKE_CONFIGS, ineligible_reason, pool_ineligible_reason, run_pool_smoke, run_smoke
+    from kdactl.smoke import (
+        PAYLOAD_ROWS,
+        SMOKE_CONFIGS,
+        ineligible_reason,
+        pool_ineligible_reason,
+        run_pool_smoke,
+        run_smoke,
+    )
 
     ran = []
     for row in PAYLOAD_ROWS:

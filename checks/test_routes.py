@@ -13,7 +13,15 @@ import pytest
 from kdactl.jit.library import KDACTL_ERR_UNSUPPORTED, KernelError
 from kdactl.kda import ROUTES, select_route
 from kdactl.kda.routes import TUNING_FUSED
-from kdactl.smoke import SMOKE_CONFIGS, SUITE_ROWS, ineligible_reason, pool_ineligible_reason, problem_of, run_pool_smoke, run_smoke
+from kdactl.smoke import (
+    SMOKE_CONFIGS,
+    SUITE_ROWS,
+    ineligible_reason,
+    pool_ineligible_reason,
+    problem_of,
+    run_pool_smoke,
+    run_smoke,
+)
 
 pytestmark = pytest.mark.gpu
 QUICK_ROWS = {SUITE_ROWS[0].name}
@@ -32,7 +40,9 @@ def test_route_selection(row, device_info, gpu_sku):
         pytest.skip(f"SKU {sku!r} is not in fleet/skus.toml: no expected route for {row.shape_class}")
     expected = spec.routes[row.shape_class]
     picked = select_route(problem_of(row, varlen=False), device_info)
-    assert picked == expected, f"selector picked {picked!r} for {row.name}, fleet/skus.toml expects {expected!r} on {sku}"
+    assert picked == expected, (
+        f"selector picked {picked!r} for {row.name}, fleet/skus.toml expects {expected!r} on {sku}"
+    )
 
 
 @pytest.mark.parametrize(
@@ -122,5 +132,7 @@ def test_planned_calls_equal_the_full_path(row, route, layout, device, device_in
                             route=route))  # fmt: skip
     torch.cuda.synchronize(device)
     (o1, s1), (o2, s2), (o3, s3) = runs
-    assert torch.equal(o1, o3) and torch.equal(s1, s3), f"planned call differs from the full path ({plans.host_status()})"
+    assert torch.equal(o1, o3) and torch.equal(s1, s3), (
+        f"planned call differs from the full path ({plans.host_status()})"
+    )
     assert not torch.equal(o1, o2), "the planned call did not read its own inputs"

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 
 def write_text_atomic(path: Path, text: str, mode: int = 0o644) -> None:

@@ -5,35 +5,38 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # rich is imported when something is printed: kdactl gate's start-up stays small
     from rich.console import Console
     from rich.progress import Progress
+
     from kdactl.settings import Settings
 
 
 class Report(Protocol):
-    exit_code: int
+    @property
+    def exit_code(self) -> int: ...
 
     def to_json(self) -> dict[str, Any]: ...
 
-    def render(self, console: "Console") -> None: ...
+    def render(self, console: Console) -> None: ...
 
 
-def stdout_console() -> "Console":
+def stdout_console() -> Console:
     from rich.console import Console
 
     return Console(highlight=False, soft_wrap=True)
 
 
-def stderr_console() -> "Console":
+def stderr_console() -> Console:
     from rich.console import Console
 
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def stderr_progress_bar(console: "Console | None" = None) -> "Progress":
+def stderr_progress_bar(console: Console | None = None) -> Progress:
     """A rich progress display on stderr (description, bar, done of all, elapsed time), gone once
     stopped; it leaves stdout alone, where a --json document must stay whole."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -62,7 +65,7 @@ def emit_error(message: str, exit_code: int, as_json: bool, command: str | None 
         sys.stdout.write(json.dumps({"command": command, "exit_code": exit_code, "error": line}) + "\n")
 
 
-def run_report(action: Callable[["Settings"], Report], as_json: bool, command: str | None) -> int:
+def run_report(action: Callable[[Settings], Report], as_json: bool, command: str | None) -> int:
     """Run a command body and render its result; map the result, or any error on the way
     (rendering included), to the SPEC exit code, which it returns."""
     from kdactl.errors import EXIT_INCONCLUSIVE, KdactlError

@@ -8,8 +8,8 @@ answers it as it always did."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 _GATE_PATHS = {"--cert": "cert", "--key-file": "key_file", "--trusted-keys": "trusted_keys"}
 
@@ -49,4 +49,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     from kdactl.emit import run_report
 
     as_json = args.pop("as_json")
-    sys.exit(run_report(lambda s: gate_command(s, args.get("cert"), args.get("key_file"), args.get("trusted_keys")), as_json, "gate"))
+    sys.exit(
+        run_report(
+            lambda s: gate_command(s, args.get("cert"), args.get("key_file"), args.get("trusted_keys")), as_json, "gate"
+        )
+    )

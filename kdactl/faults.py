@@ -21,8 +21,9 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from kdactl.errors import UsageError
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Mapping
+from collections.abc import Mapping
 
 from kdactl.errors import Inconclusive, KdactlError
 from kdactl.hw.cuda_torch import TorchDevice, TorchInfo, normalize_uuid
@@ -86,6 +86,7 @@ def _read_driver(p: Providers) -> tuple[DriverInfo | None, str | None]:
 
 def _aot_lookup(settings: Settings):
     """cc -> the AOT bundle's target for it (None without a usable bundle): what the loader would take."""
+
     def lookup(cc: Version) -> str | None:
         if not settings.aot_dir:
             return None
@@ -106,9 +107,19 @@ def _gpu_facts(g: DriverGpu, driver: DriverInfo, torch: TorchInfo, toolkit: Tool
     target, reason = decide_target(g.cc, override=override, aot=aot(g.cc), toolkit=toolkit.version if toolkit else None,
                                    driver_cuda=driver.cuda_driver)  # fmt: skip
     return GpuFacts(
-        index=g.index, uuid=g.uuid, name=g.name, sku=classify_sku(g.name, g.cc, sm or 0), cc=g.cc,
-        sm_count=sm, memory_mib=g.memory_mib, l2_bytes=dev.l2_bytes if dev else None,
-        mig=g.mig, ecc=g.ecc, target=target, target_reason=reason, health=g.health,
+        index=g.index,
+        uuid=g.uuid,
+        name=g.name,
+        sku=classify_sku(g.name, g.cc, sm or 0),
+        cc=g.cc,
+        sm_count=sm,
+        memory_mib=g.memory_mib,
+        l2_bytes=dev.l2_bytes if dev else None,
+        mig=g.mig,
+        ecc=g.ecc,
+        target=target,
+        target_reason=reason,
+        health=g.health,
     )
 
 
@@ -128,8 +139,13 @@ def match_torch_device(g: DriverGpu, torch: TorchInfo, n_driver_gpus: int) -> To
 
 
 def node_warnings(
-    gpus: tuple[GpuFacts, ...], driver: DriverInfo | None, toolkit: Toolkit | None, toolkit_problem: str | None,
-    torch: TorchInfo, override: str | None, skus: Mapping[str, SkuSpec],
+    gpus: tuple[GpuFacts, ...],
+    driver: DriverInfo | None,
+    toolkit: Toolkit | None,
+    toolkit_problem: str | None,
+    torch: TorchInfo,
+    override: str | None,
+    skus: Mapping[str, SkuSpec],
 ) -> tuple[str, ...]:
     """Everything worth a look that does not by itself make the node inconclusive."""
     out: list[str] = []
@@ -143,7 +159,9 @@ def node_warnings(
         )
     torch_cuda = _parse_version(torch.cuda)
     if torch_cuda and cuda_driver and cuda_driver < torch_cuda:
-        out.append(f"torch {torch.version} is built for CUDA {torch.cuda}, newer than the driver's CUDA {version_str(cuda_driver)}")
+        out.append(
+            f"torch {torch.version} is built for CUDA {torch.cuda}, newer than the driver's CUDA {version_str(cuda_driver)}"
+        )
     if gpus and torch.problem and len(torch.devices) < len(gpus):
         out.append(f"{torch.problem}: SM count and L2 unknown for GPUs torch cannot see")
     models = Counter(g.name for g in gpus)

@@ -13,10 +13,11 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Protocol, Sequence
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,10 @@ def sigterm_interrupts() -> Iterator[None]:
     """Inside: SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so that one cleanup path (end the
     children, drop temporary files) serves a supervisor's kill too. Only in the main thread and
     where SIGTERM has its default action: a process with a handler of its own keeps it."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
         yield
         return
 

@@ -122,7 +122,7 @@ def _chunk(q, k, v, g, beta, S):
     eye = torch.eye(C, device=q.device)
     rhs = bT.unsqueeze(-1) * (v.transpose(0, 1) - torch.einsum("thk,hkv->htv", k * G.exp(), S))
     U = torch.linalg.solve_triangular(eye + bT.unsqueeze(-1) * A, rhs, upper=False, unitriangular=True)
-    O = torch.einsum("thk,hkv->htv", q * G.exp(), S) + P @ U  # [H,C,V]
+    O = torch.einsum("thk,hkv->htv", q * G.exp(), S) + P @ U  # [H,C,V]  # noqa: E741 (the math's name)
     GC = G[-1]  # [H,K]
     S_end = GC.exp().unsqueeze(-1) * S + torch.einsum("thk,htv->hkv", k * (GC - G).exp(), U)
     return O.transpose(0, 1), S_end

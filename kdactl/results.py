@@ -3,8 +3,9 @@ bench's gate and certify."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any
 
 from kdactl.errors import EXIT_INCONCLUSIVE, EXIT_NOT_CERTIFIED, EXIT_PASS
 
@@ -19,7 +20,7 @@ class CheckResult:
     status: str  # pass | fail | warn | skip | error
     message: str = ""
     duration_s: float = 0.0
-    gpu: Optional[int] = None  # GPU index; None for node-level checks
+    gpu: int | None = None  # GPU index; None for node-level checks
     required: bool = True  # a required check that did not pass makes the node not certified
     perf: dict[str, Any] = field(default_factory=dict)  # measured, baseline, threshold, unit
 
@@ -38,7 +39,7 @@ class CheckResult:
         return out
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "CheckResult":
+    def from_json(cls, data: Mapping[str, Any]) -> CheckResult:
         """to_json's inverse; KeyError / ValueError / TypeError on a malformed entry."""
         perf = {k: v for k, v in data.items() if k not in _FIELDS}
         return cls(check=str(data["check"]), status=str(data["status"]), message=str(data.get("message") or ""),
@@ -46,7 +47,9 @@ class CheckResult:
                    required=bool(data.get("required", True)), perf=perf)  # fmt: skip
 
 
-def verdict(results: Iterable[CheckResult], required: Iterable[str] = (), fail_on_warn: bool = False) -> tuple[str, str]:
+def verdict(
+    results: Iterable[CheckResult], required: Iterable[str] = (), fail_on_warn: bool = False
+) -> tuple[str, str]:
     """(verdict, reason). Any fail -> not_certified; else any error, or a required check missing or
     skipped -> inconclusive; else certified. ``warn`` fails only with ``fail_on_warn``."""
     results = list(results)

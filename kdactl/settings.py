@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 
 def _user_dir(env: Mapping[str, str], xdg_var: str, fallback: str) -> Path:
@@ -23,13 +23,15 @@ class Settings:
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = dict(os.environ if env is None else env)
         cache = env.get("KDACTL_CACHE_DIR")
         aot = env.get("KDACTL_AOT_DIR")
         return cls(
             cache_dir=Path(cache) if cache else _user_dir(env, "XDG_CACHE_HOME", ".cache"),
-            data_dir=Path(env["KDACTL_DATA_DIR"]) if env.get("KDACTL_DATA_DIR") else _user_dir(env, "XDG_DATA_HOME", ".local/share"),
+            data_dir=Path(env["KDACTL_DATA_DIR"])
+            if env.get("KDACTL_DATA_DIR")
+            else _user_dir(env, "XDG_DATA_HOME", ".local/share"),
             aot_dir=Path(aot) if aot else None,
             cuda_arch=env.get("KDACTL_CUDA_ARCH") or None,
             nvcc=env.get("KDACTL_NVCC") or "nvcc",

@@ -8,10 +8,11 @@ Loading validates every entry and names the offending key; a broken matrix is a 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from kdactl.errors import UsageError
 from kdactl.kda.routes import ROUTES  # the expected routes must be routes of this build
@@ -149,8 +150,13 @@ def _parse_entry(name: str, e: Mapping[str, Any], source: str) -> SkuSpec:
     if not _positive(e.get("l2_mib")):
         raise bad("l2_mib", "a positive number")
     return SkuSpec(
-        name=name, cc=cc, sm_count=sm, memory_gib=tuple(float(m) for m in mem), l2_mib=float(e["l2_mib"]),
-        targets=_targets(name, e.get("targets"), source), routes=_routes(name, e.get("routes"), source),
+        name=name,
+        cc=cc,
+        sm_count=sm,
+        memory_gib=tuple(float(m) for m in mem),
+        l2_mib=float(e["l2_mib"]),
+        targets=_targets(name, e.get("targets"), source),
+        routes=_routes(name, e.get("routes"), source),
     )
 
 
@@ -163,7 +169,9 @@ def _targets(name: str, table: Any, source: str) -> tuple[tuple[Version, str], .
         if v is None:
             raise SkuMatrixError(f'{source}: [{name}.targets] key {key!r} is not a CUDA version like "12.9"')
         if target not in TARGETS:
-            raise SkuMatrixError(f"{source}: [{name}.targets] {key} = {target!r} is not a target; known: {', '.join(TARGETS)}")
+            raise SkuMatrixError(
+                f"{source}: [{name}.targets] {key} = {target!r} is not a target; known: {', '.join(TARGETS)}"
+            )
         out.append((v, target))
     return tuple(sorted(out))
 
@@ -171,10 +179,14 @@ def _targets(name: str, table: Any, source: str) -> tuple[tuple[Version, str], .
 def _routes(name: str, table: Any, source: str) -> Mapping[str, str]:
     if not isinstance(table, Mapping) or set(table) != set(SHAPE_CLASSES):
         got = sorted(table) if isinstance(table, Mapping) else table
-        raise SkuMatrixError(f"{source}: [{name}.routes] must name exactly the shape classes {list(SHAPE_CLASSES)}, got {got!r}")
+        raise SkuMatrixError(
+            f"{source}: [{name}.routes] must name exactly the shape classes {list(SHAPE_CLASSES)}, got {got!r}"
+        )
     for shape, route in table.items():
         if route not in ROUTES:
-            raise SkuMatrixError(f"{source}: [{name}.routes] {shape} = {route!r} is not a route; known: {', '.join(ROUTES)}")
+            raise SkuMatrixError(
+                f"{source}: [{name}.routes] {shape} = {route!r} is not a route; known: {', '.join(ROUTES)}"
+            )
     return MappingProxyType(dict(table))
 
 

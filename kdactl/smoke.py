@@ -9,17 +9,16 @@ routes that land later join without a change here. Imports torch: use only where
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
 from kdactl.bench.configs import CONFIGS, Config
 from kdactl.faults import perturb_output
 from kdactl.kda import KdaProblem, eligibility, prefill
+from kdactl.kda.fused import NONE
 from kdactl.kda.inputs import random_inputs
 from kdactl.kda.routes import DeviceInfo
 from kdactl.reference import ERROR_LIMIT as TOL
-from kdactl.kda.fused import NONE
 from kdactl.reference import error_ratio, fused_inputs, kda_recurrent
 
 HEAD_DIM = 128  # K = V = 128, the size every route must support
@@ -112,7 +111,7 @@ def fused_variant(x: dict, s0, config: Config, seed: int) -> tuple[dict, object,
 
 
 def run_smoke(route: str, row: SmokeRow, varlen: bool, with_state: bool, device: torch.device, ref_device: str = "cuda",
-              seed: int = 0, config: Optional[str] = None, tuning: int = 0) -> SmokeResult:  # fmt: skip
+              seed: int = 0, config: str | None = None, tuning: int = 0) -> SmokeResult:  # fmt: skip
     """Run ``route`` on the variant and compare o and the final state with the fp64 reference;
     ``config``: one of SMOKE_CONFIGS, the serving call with its transforms (fused_variant), else the
     plain call; ``tuning``: the kernel variant (kdactl.kda.routes TUNING_*). Under
@@ -143,7 +142,9 @@ def pool_ineligible_reason(route: str, row: SmokeRow, device: DeviceInfo) -> str
     """None when ``route`` can run the row's pool variant (varlen, with a state pool), else why not."""
     from dataclasses import replace
 
-    return eligibility(replace(problem_of(row, True), state_pool=True), device).get(route, f"route {route!r} is not in ROUTES")
+    return eligibility(replace(problem_of(row, True), state_pool=True), device).get(
+        route, f"route {route!r} is not in ROUTES"
+    )
 
 
 def run_pool_smoke(route: str, row: SmokeRow, device: torch.device, ref_device: str = "cuda",

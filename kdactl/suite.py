@@ -11,9 +11,9 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Mapping
 
 from kdactl.proc import ProcessRunner, ProcResult, run_process
 from kdactl.results import CheckResult
@@ -66,8 +66,11 @@ def run_suite(
     return judge_run(proc, text, gpu, timeout_s)
 
 
-def judge_run(proc: ProcResult, text: str | None, gpu: int | None, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[CheckResult]:
+def judge_run(
+    proc: ProcResult, text: str | None, gpu: int | None, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> list[CheckResult]:
     """Pure: the child's outcome and its results file (None when missing) -> results."""
+
     def whole(message: str) -> list[CheckResult]:
         return [CheckResult(SUITE_CHECK, "error", _clip(message), proc.duration_s, gpu)]
 
@@ -77,7 +80,9 @@ def judge_run(proc: ProcResult, text: str | None, gpu: int | None, timeout_s: fl
         return whole(f"validation suite timed out after {timeout_s:g} s and was killed (a hung check?); "
                      f"last output: {proc.tail()}")  # fmt: skip
     if text is None:
-        return whole(f"pytest exited {_rc(proc.returncode)} without a results file (crashed?); last output: {proc.tail()}")
+        return whole(
+            f"pytest exited {_rc(proc.returncode)} without a results file (crashed?); last output: {proc.tail()}"
+        )
     try:
         results = parse_results(text, gpu)
     except ValueError as err:

@@ -84,7 +84,10 @@ def decide_target(cc: Version, *, override: str | None = None, aot: str | None =
     if toolkit is not None:
         cuda, basis = toolkit, f"CUDA toolkit {toolkit[0]}.{toolkit[1]} (nvcc)"
     elif driver_cuda is not None:
-        cuda, basis = driver_cuda, f"the driver's CUDA {driver_cuda[0]}.{driver_cuda[1]} (no nvcc: a prebuilt AOT bundle must serve it)"
+        cuda, basis = (
+            driver_cuda,
+            f"the driver's CUDA {driver_cuda[0]}.{driver_cuda[1]} (no nvcc: a prebuilt AOT bundle must serve it)",
+        )
     else:
         return None, "no CUDA toolkit (nvcc) and no driver CUDA version to choose a target with"
     try:

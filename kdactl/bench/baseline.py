@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import math
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from kdactl.bench.model import OK, ShapeRun
 from kdactl.errors import EXIT_INCONCLUSIVE, EXIT_NOT_CERTIFIED, EXIT_PASS, UsageError
@@ -23,7 +24,13 @@ SCHEMA = "kdactl.bench-baseline/v1"
 DEFAULT_TOLERANCE = 0.10
 GATED = "auto"  # the candidate a baseline records and the gate judges
 
-PASS, REGRESSED, NOISE, NO_BASELINE, NOT_MEASURED = "pass", "regressed", "slower-within-noise", "no-baseline", "not-measured"
+PASS, REGRESSED, NOISE, NO_BASELINE, NOT_MEASURED = (
+    "pass",
+    "regressed",
+    "slower-within-noise",
+    "no-baseline",
+    "not-measured",
+)
 # Within the threshold, but auto now runs another route than the one the baseline timed: the gate
 # can no longer see that route's regressions until the baseline is recorded again.
 ROUTE_CHANGED = "route-changed"
@@ -95,7 +102,11 @@ def dumps(b: Baseline) -> str:
     for label in sorted(b.shapes):
         e = b.shapes[label]
         lines += ["", f"[shapes.{json.dumps(label)}]", f"median_ms = {_value(float(e.median_ms))}"]
-        lines += [f"{k} = {_value(v)}" for k, v in (("min_ms", e.min_ms), ("max_ms", e.max_ms), ("route", e.route)) if v is not None]
+        lines += [
+            f"{k} = {_value(v)}"
+            for k, v in (("min_ms", e.min_ms), ("max_ms", e.max_ms), ("route", e.route))
+            if v is not None
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -106,7 +117,9 @@ def save(path: Path, b: Baseline) -> None:
     write_text_atomic(Path(path), dumps(b))
 
 
-def record(old: Baseline | None, runs: Iterable[ShapeRun], sku: str, meta: dict[str, str], tolerance: float | None) -> Baseline:
+def record(
+    old: Baseline | None, runs: Iterable[ShapeRun], sku: str, meta: dict[str, str], tolerance: float | None
+) -> Baseline:
     """The old baseline with every shape measured now replaced; shapes not run are kept."""
     shapes = dict(old.shapes) if old else {}
     for run in runs:
@@ -116,7 +129,7 @@ def record(old: Baseline | None, runs: Iterable[ShapeRun], sku: str, meta: dict[
         s = o.summary
         shapes[run.shape.key] = Entry(round(s.median_ms, 6), round(s.min_ms, 6), round(s.max_ms, 6), _auto_route(o))
     tol = tolerance if tolerance is not None else (old.tolerance if old else DEFAULT_TOLERANCE)
-    stamp = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    stamp = datetime.now(UTC).replace(microsecond=0).isoformat()
     # The run's facts (gpu, timer, versions) replace the old ones whole: a peer absent now is not kept.
     kept = {k: v for k, v in (old.meta if old else {}).items() if k not in RUN_META}
     return Baseline(sku, tol, shapes, {**kept, **meta, "recorded_at": stamp})
@@ -150,7 +163,9 @@ def judge(run: ShapeRun, baseline: Baseline) -> GateRow:
         return GateRow(label, NOT_MEASURED, message=f"could not measure {GATED}: {why}")
     s = o.summary
     if entry is None:
-        return GateRow(label, NO_BASELINE, s.median_ms, message=f"no baseline for {label} (record one with --record-baseline)")
+        return GateRow(
+            label, NO_BASELINE, s.median_ms, message=f"no baseline for {label} (record one with --record-baseline)"
+        )
     thr = entry.median_ms * (1 + baseline.tolerance)
     row = dict(measured_ms=s.median_ms, baseline_ms=entry.median_ms, threshold_ms=thr, fastest_block_ms=s.block_lo_ms)
     said = f"measured {s.median_ms:.4g} ms, baseline {entry.median_ms:.4g} ms, threshold {thr:.4g} ms (+{baseline.tolerance:.0%})"
@@ -161,8 +176,12 @@ def judge(run: ShapeRun, baseline: Baseline) -> GateRow:
                            f"now runs {now}: record the baseline again (--record-baseline)")  # fmt: skip
         return GateRow(label, PASS, **row, message=said)
     if s.block_lo_ms > thr:
-        return GateRow(label, REGRESSED, **row, message=f"{said}; even the fastest block ({s.block_lo_ms:.4g} ms) is over")
-    return GateRow(label, NOISE, **row, message=f"{said}; within the run's spread (fastest block {s.block_lo_ms:.4g} ms)")
+        return GateRow(
+            label, REGRESSED, **row, message=f"{said}; even the fastest block ({s.block_lo_ms:.4g} ms) is over"
+        )
+    return GateRow(
+        label, NOISE, **row, message=f"{said}; within the run's spread (fastest block {s.block_lo_ms:.4g} ms)"
+    )
 
 
 def gate(runs: Iterable[ShapeRun], baseline: Baseline, timer: str) -> list[GateRow]:
@@ -171,9 +190,14 @@ def gate(runs: Iterable[ShapeRun], baseline: Baseline, timer: str) -> list[GateR
     runs = list(runs)
     recorded = baseline.meta.get("timer")
     if recorded != timer:
-        why = (f"the baseline was timed with {recorded!r}, this run with {timer!r}: not comparable; record the "
-               f"baseline again with this timer, or run with --timer {recorded}") if recorded else \
-              f"the baseline names no timer, this run used {timer!r}: not comparable; record the baseline again"
+        why = (
+            (
+                f"the baseline was timed with {recorded!r}, this run with {timer!r}: not comparable; record the "
+                f"baseline again with this timer, or run with --timer {recorded}"
+            )
+            if recorded
+            else f"the baseline names no timer, this run used {timer!r}: not comparable; record the baseline again"
+        )
         return [GateRow(r.shape.key, TIMER_MISMATCH, message=why) for r in runs]
     return [judge(r, baseline) for r in runs]
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import logging
 import math
 import zlib
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 

@@ -15,10 +15,9 @@ Plain data, no torch: suites and options name configurations without touching th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from kdactl.errors import UsageError
-
 
 # The inputs the bench draws for each kind of gate (kdactl.bench.candidates), said in the report.
 # Plain: fla's own KDA tests. Raw logits: g and beta ~ N(0, 1) as in fla's test_chunk (use_gate_in_kernel)
@@ -50,7 +49,7 @@ def gate_params_named(name: str) -> str:
 class Config:
     name: str
     gate: str  # "log" (g as given), "lower-bound" or "softplus"
-    lower_bound: Optional[float] = None
+    lower_bound: float | None = None
     qk_l2norm: bool = False
     beta_sigmoid: bool = False
     state_v_first: bool = False

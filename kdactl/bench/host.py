@@ -16,8 +16,9 @@ Pure timing logic over injected callables, so the CPU tests drive it with a fake
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 CALLS = 200  # per repeat: far below the launch queue's depth, so the host never waits on the GPU
 REPEATS = 7
@@ -26,7 +27,7 @@ REPEATS = 7
 @dataclass(frozen=True)
 class HostCost:
     eager_us: float
-    replay_us: Optional[float]
+    replay_us: float | None
     replay_note: str = ""  # why there is no replay figure
     calls: int = CALLS
     repeats: int = REPEATS

@@ -6,13 +6,13 @@ runner, statistics, gate and reports are tested on the CPU with a fake harness.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Protocol, Sequence
+from typing import Any, Protocol
 
 from kdactl.bench.host import HostCost
 from kdactl.bench.stats import Summary
 from kdactl.bench.suites import Shape
-
 from kdactl.reference import ERROR_LIMIT
 
 # Candidate kinds: "auto" and "route" are kdactl's own kernels (their failure is evidence against the
@@ -58,9 +58,9 @@ class Candidate:
 
     name: str
     kind: str  # "auto" | "route" | "peer"
-    run: Optional[Callable[[], Any]] = None
-    check: Optional[Callable[[], Check]] = None
-    reason: Optional[str] = None
+    run: Callable[[], Any] | None = None
+    check: Callable[[], Check] | None = None
+    reason: str | None = None
     reason_status: str = REJECTED  # REJECTED (ineligible) or UNAVAILABLE (not installed) when reason is set
     note: str = ""  # e.g. "auto -> direct"
 
@@ -70,12 +70,12 @@ class Outcome:
     name: str
     kind: str
     status: str
-    reason: Optional[str] = None
+    reason: str | None = None
     note: str = ""
-    check: Optional[Check] = None
-    summary: Optional[Summary] = None
+    check: Check | None = None
+    summary: Summary | None = None
     blocks: list[list[float]] = field(default_factory=list)
-    host: Optional[HostCost] = None  # --host: CPU cost per call instead of device time
+    host: HostCost | None = None  # --host: CPU cost per call instead of device time
 
     @property
     def own(self) -> bool:
@@ -97,12 +97,12 @@ class Outcome:
 class ShapeRun:
     shape: Shape
     outcomes: list[Outcome] = field(default_factory=list)
-    error: Optional[str] = None  # the shape could not be set up (inputs, reference)
+    error: str | None = None  # the shape could not be set up (inputs, reference)
 
-    def outcome(self, name: str) -> Optional[Outcome]:
+    def outcome(self, name: str) -> Outcome | None:
         return next((o for o in self.outcomes if o.name == name), None)
 
-    def median(self, name: str) -> Optional[float]:
+    def median(self, name: str) -> float | None:
         o = self.outcome(name)
         return o.summary.median_ms if o is not None and o.status == OK and o.summary else None
 
@@ -113,6 +113,7 @@ class Harness(Protocol):
     def info(self) -> dict[str, Any]: ...  # gpu, sku, versions, timer, flush_bytes, ...
 
     def candidates(self, shape: Shape, routes: Sequence[str] | None, peers: Sequence[str]) -> list[Candidate]: ...
+
     # routes None: auto and every route of this build
 
     def flush(self) -> None: ...  # evict L2; runs before the timed span

@@ -8,8 +8,8 @@ neighbour. Each appearance in the schedule is one block of ``block_size`` timed 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 MAX_ROUNDS = 4
 

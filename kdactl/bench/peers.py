@@ -16,12 +16,14 @@ once, before its check, so that no conversion is inside the timed call; the valu
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
 from kdactl.bench.candidates import checker
 from kdactl.bench.model import REJECTED, UNAVAILABLE, Candidate
+
 FLA_NAMES = ("fla.chunk_kda", "fla.fused_recurrent_kda")
 FLASHKDA_NAME = "flashkda.fwd"
 CUDNN_NAME, CUDNN_PLAN = "cudnn.kda_hopper_cuda", "kda_hopper_cuda"
@@ -84,7 +86,9 @@ def fla_candidates(inputs, ref, names: Sequence[str] = FLA_NAMES) -> list[Candid
             return fn(q=x["q"], k=x["k"], v=x["v"], g=x["g"], beta=x["beta"], output_final_state=True,
                       cu_seqlens=x["cu_seqlens"], **kw)  # fmt: skip
 
-        out.append(Candidate(name, "peer", run=run, check=checker(run, ref, config.state_v_first), note=f"fla {version}"))
+        out.append(
+            Candidate(name, "peer", run=run, check=checker(run, ref, config.state_v_first), note=f"fla {version}")
+        )
     return out
 
 
@@ -95,7 +99,9 @@ def flashkda_candidates(inputs, ref) -> list[Candidate]:
         return _unsupported([FLASHKDA_NAME], f"flashkda: unsupported configuration {config.name}: FlashKDA computes only "
                                              "the lower-bound gate with q/k l2norm and beta sigmoid in the kernel")  # fmt: skip
     if K != 128 or V != 128:
-        return _unsupported([FLASHKDA_NAME], f"flashkda: unsupported head dims K={K}, V={V} (FlashKDA takes K = V = 128)")
+        return _unsupported(
+            [FLASHKDA_NAME], f"flashkda: unsupported head dims K={K}, V={V} (FlashKDA takes K = V = 128)"
+        )
     try:
         import flash_kda
     except Exception as err:  # noqa: BLE001
@@ -128,9 +134,14 @@ def cudnn_candidates(inputs, ref) -> list[Candidate]:
     # The kernel reads g, beta in fp32 and an int32 cu_seqlens: converted here, outside the timed call.
     g, beta = x["g"].float().reshape(B * T, H, K), x["beta"].float().reshape(B * T, H)
     cu = (x["cu_seqlens"] if x["cu_seqlens"] is not None else torch.arange(B + 1, device=g.device) * T).to(torch.int32)
-    kw: dict[str, Any] = {"use_qk_l2norm_in_kernel": config.qk_l2norm, "use_beta_sigmoid_in_kernel": config.beta_sigmoid}
+    kw: dict[str, Any] = {
+        "use_qk_l2norm_in_kernel": config.qk_l2norm,
+        "use_beta_sigmoid_in_kernel": config.beta_sigmoid,
+    }
     if config.gate == "lower-bound":
-        kw.update(safe_gate=True, gate_lower_bound=config.lower_bound, a_log=x["A_log"], dt_bias=x["dt_bias"].view(H, K))
+        kw.update(
+            safe_gate=True, gate_lower_bound=config.lower_bound, a_log=x["A_log"], dt_bias=x["dt_bias"].view(H, K)
+        )
 
     def run():
         return kimi_delta_attention(thd["q"], thd["k"], thd["v"], g, beta, cu, output_final_state=True,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -102,7 +102,9 @@ def error_cell(run: ShapeRun, name: str) -> str:
 def error_rows(runs: list[ShapeRun]) -> tuple[list[str], list[list[str]]]:
     """Error ratio against the reference, o / final state, per candidate checked (FAILED ones too)."""
     names = columns(runs)
-    return ["shape"] + [f"{n} err o / S" for n in names], [[r.shape.key] + [error_cell(r, n) for n in names] for r in runs]
+    return ["shape"] + [f"{n} err o / S" for n in names], [
+        [r.shape.key] + [error_cell(r, n) for n in names] for r in runs
+    ]
 
 
 def configs_used(runs: list[ShapeRun]) -> dict[str, dict[str, str]]:
@@ -122,7 +124,7 @@ def config_lines(runs: list[ShapeRun]) -> list[str]:
 HOST_TITLE = "kdactl bench --host (CPU us per call; (x) = candidate / auto, >1: auto cheaper)"
 
 
-def _us(value: Optional[float], auto: Optional[float], name: str) -> str:
+def _us(value: float | None, auto: float | None, name: str) -> str:
     if value is None:
         return "—"
     return f"{value:.1f}" if name == "auto" or not auto else f"{value:.1f} ({value / auto:.2f}x)"
@@ -143,7 +145,10 @@ def host_rows(runs: list[ShapeRun]) -> tuple[list[str], list[list[str]]]:
                 mark = "" if o is None else MARK.get(o.status, o.status)
                 row += [mark, mark]
                 continue
-            row += [_us(o.host.eager_us, base and base.eager_us, n), _us(o.host.replay_us, base and base.replay_us, n)]
+            row += [
+                _us(o.host.eager_us, base.eager_us if base else None, n),
+                _us(o.host.replay_us, base.replay_us if base else None, n),
+            ]
         body.append(row)
     return head, body
 
@@ -157,7 +162,7 @@ class BenchReport:
     gate_rows: list[bl.GateRow]
     exit_code: int
     reasons: list[str]
-    baseline_path: Optional[Path] = None
+    baseline_path: Path | None = None
     notes: list[str] = field(default_factory=list)
     markdown_stdout: bool = False
     host: bool = False  # --host: the CPU cost per call, not device time
@@ -190,10 +195,12 @@ class BenchReport:
 
     def problems(self) -> list[str]:
         out = [f"{r.shape.key}: {r.error}" for r in self.runs if r.error]
-        out += [f"{r.shape.key} {o.name} [{o.status}]: {o.reason}" for r in self.runs for o in r.outcomes if o.status != OK]
-        out += [f"{r.shape.key} {o.name} {IMPRECISE}: timed, but its error ratio (o {o.check.o_err:.2e}, state "
-                f"{o.check.state_err:.2e}) is over the SPEC's {o.check.limit:g} (a peer is timed up to "
-                f"{PEER_TIMED_LIMIT:g})" for r in self.runs for o in r.outcomes if o.imprecise]  # fmt: skip
+        out += [
+            f"{r.shape.key} {o.name} [{o.status}]: {o.reason}" for r in self.runs for o in r.outcomes if o.status != OK
+        ]
+        out += [f"{r.shape.key} {o.name} {IMPRECISE}: timed, but its error ratio (o {c.o_err:.2e}, state "
+                f"{c.state_err:.2e}) is over the SPEC's {c.limit:g} (a peer is timed up to {PEER_TIMED_LIMIT:g})"
+                for r in self.runs for o in r.outcomes if o.imprecise and (c := o.check) is not None]  # fmt: skip
         out += [f"{r.shape.key} {o.name}: no replay figure: {o.host.replay_note}" for r in self.runs for o in r.outcomes
                 if o.host is not None and o.host.replay_note]  # fmt: skip
         return out
@@ -243,13 +250,22 @@ class BenchReport:
             console.print(n, markup=False)
         word = {EXIT_PASS: "pass", EXIT_NOT_CERTIFIED: "FAIL", EXIT_INCONCLUSIVE: "INCONCLUSIVE"}[self.exit_code]
         peers_wrong = sum(o.status == FAILED and not o.own for r in self.runs for o in r.outcomes)
-        tail = f" ({peers_wrong} peer result(s) wrong, listed above; peers do not change the exit code)" if peers_wrong else ""
+        tail = (
+            f" ({peers_wrong} peer result(s) wrong, listed above; peers do not change the exit code)"
+            if peers_wrong
+            else ""
+        )
         console.print(f"bench: {word}" + (": " + "; ".join(self.reasons) if self.reasons else "") + tail, markup=False)
 
     def markdown(self) -> str:
         lines = _md_table(*self.rows())
         if not self.host:
-            lines += ["", "Error ratio against the reference (o / final state; limit 5e-3):", "", *_md_table(*error_rows(self.runs))]
+            lines += [
+                "",
+                "Error ratio against the reference (o / final state; limit 5e-3):",
+                "",
+                *_md_table(*error_rows(self.runs)),
+            ]
         lines += ["", f"Method: {self.method()}.", "", HOST_TITLE if self.host else
                   "(x) = candidate median / auto median; above 1, auto is faster."]  # fmt: skip
         lines += [f"- {line}" for line in config_lines(self.runs)]

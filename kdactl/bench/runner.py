@@ -11,9 +11,10 @@ import contextlib
 import logging
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from kdactl.bench import baseline as bl
 from kdactl.bench.configs import CONFIGS
@@ -37,22 +38,22 @@ KNOWN_PEERS = (*PEERS, "fla-chunk")  # all = PEERS; fla-chunk: fla's chunk_kda w
 
 @dataclass(frozen=True)
 class BenchOptions:
-    suite: Optional[str] = None
+    suite: str | None = None
     shapes: tuple[str, ...] = ()
     varlens: tuple[str, ...] = ()
-    heads: Optional[int] = None
-    routes: Optional[str] = None  # comma list; None: auto and every route of this build
+    heads: int | None = None
+    routes: str | None = None  # comma list; None: auto and every route of this build
     peers: str = "fla"  # comma list of PEERS, "all", or "none"
-    config: Optional[str] = None  # a name in CONFIGS for every shape; None: each suite's own, plain otherwise
-    gate_params: Optional[str] = None  # a name in GATE_PARAMS for every fused shape; None: the default
+    config: str | None = None  # a name in CONFIGS for every shape; None: each suite's own, plain otherwise
+    gate_params: str | None = None  # a name in GATE_PARAMS for every fused shape; None: the default
     iters: int = 24  # timed iterations per candidate and shape
     warmup: int = 3  # untimed calls per candidate first (fla autotunes on the first)
     gate: bool = False
     record_baseline: bool = False
-    baseline: Optional[Path] = None
-    tolerance: Optional[float] = None  # for --record-baseline; default: the old file's, else 0.10
-    markdown: Optional[str] = None  # FILE, or "-" for stdout instead of the table
-    plot: Optional[Path] = None
+    baseline: Path | None = None
+    tolerance: float | None = None  # for --record-baseline; default: the old file's, else 0.10
+    markdown: str | None = None  # FILE, or "-" for stdout instead of the table
+    plot: Path | None = None
     device: int = 0
     timer: str = "auto"  # "auto" (kineto), or a timer by name: kineto, cupti, cuda-events
     host: bool = False  # CPU cost per call (eager, graph replay) instead of device time
@@ -64,7 +65,7 @@ class Request:
     """Options after checking: what the run will do."""
 
     shapes: list[Shape]
-    routes: Optional[tuple[str, ...]]
+    routes: tuple[str, ...] | None
     peers: tuple[str, ...]
     plan: Plan
     options: BenchOptions = field(repr=False)
@@ -88,7 +89,13 @@ def check_options(o: BenchOptions) -> Request:
         raise UsageError("--host measures the CPU cost per call: it takes no --gate, --record-baseline or --plot")
     routes = _names(o.routes, KNOWN_ROUTES, "--routes") if o.routes is not None else None
     text = o.peers.strip()
-    peers = () if text == "none" else PEERS if text == "all" else _names(o.peers, KNOWN_PEERS, "--peers", ", or all, or none")
+    peers = (
+        ()
+        if text == "none"
+        else PEERS
+        if text == "all"
+        else _names(o.peers, KNOWN_PEERS, "--peers", ", or all, or none")
+    )
     if o.iters < 2:
         raise UsageError(f"--iters must be at least 2 (one ABBA round), got {o.iters}")
     if o.warmup < 1:
@@ -148,14 +155,17 @@ def run_bench(settings: Settings, options: BenchOptions, harness_factory: Callab
             harness.release()
     rows = bl.gate(runs, old, str(info.get("timer"))) if options.gate and old is not None else []
     code, reasons = verdict(runs, rows, gating=options.gate)
-    report = BenchReport(info, req.plan, options.warmup, runs, rows, code, reasons, baseline_path=path, host=options.host)
+    report = BenchReport(
+        info, req.plan, options.warmup, runs, rows, code, reasons, baseline_path=path, host=options.host
+    )
     if options.record_baseline:
+        assert path is not None  # _baseline_for names the file whenever a baseline is recorded
         _record(report, path, old, info, options.tolerance)
     _write_files(report, options)
     return report
 
 
-def _baseline_for(o: BenchOptions, info: dict[str, Any]) -> tuple[Optional[Path], Optional[bl.Baseline]]:
+def _baseline_for(o: BenchOptions, info: dict[str, Any]) -> tuple[Path | None, bl.Baseline | None]:
     if not (o.gate or o.record_baseline):
         return (Path(o.baseline) if o.baseline else None), None
     sku = str(info.get("sku") or "unknown")
@@ -276,7 +286,7 @@ def _time_all(harness: Harness, live, run: ShapeRun, p: Plan, prog) -> None:
             o.blocks.append(block)
         except Exception as err:  # noqa: BLE001
             _fail(o, ERROR, f"timing raised {type(err).__name__}: {err}")
-    for c, o in live:
+    for _c, o in live:
         if o.status == OK:
             try:
                 o.summary = summarize(o.blocks)

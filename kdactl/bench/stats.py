@@ -8,8 +8,8 @@ schedule (order.py). The median of block medians resists both single outliers an
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 
 def median(values: Sequence[float]) -> float:

@@ -12,8 +12,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from kdactl.bench.configs import (CONFIGS, DEFAULT_GATE_PARAMS, GATE_PARAMS, LOWER_BOUND, PLAIN, SOFTPLUS, config_named,
-                                  gate_params_named)
+from kdactl.bench.configs import (
+    CONFIGS,
+    DEFAULT_GATE_PARAMS,
+    GATE_PARAMS,
+    LOWER_BOUND,
+    PLAIN,
+    SOFTPLUS,
+    config_named,
+    gate_params_named,
+)
 from kdactl.errors import UsageError
 
 DEFAULT_DIM = 128
@@ -98,11 +106,21 @@ SUITES: dict[str, tuple[Shape, ...]] = {
     # Serving prefill (issue 4).
     "serving": SERVING,
     # What serving engines run (FlashKDA's math): the serving shapes and per-rank head counts.
-    "production": _in(LOWER_BOUND, (*SERVING, *(fixed(1, t, h) for h in PRODUCTION_HEADS for t in PRODUCTION_SEQLENS),
-                                    varlen(SERVING_VARLEN, 16), varlen(SERVING_VARLEN, 24), varlen(MIXED_VARLEN, 16))),
+    "production": _in(
+        LOWER_BOUND,
+        (
+            *SERVING,
+            *(fixed(1, t, h) for h in PRODUCTION_HEADS for t in PRODUCTION_SEQLENS),
+            varlen(SERVING_VARLEN, 16),
+            varlen(SERVING_VARLEN, 24),
+            varlen(MIXED_VARLEN, 16),
+        ),
+    ),
     # Kimi-Linear's call of fla's chunk_kda (softplus gate), at its per-rank head counts.
-    "kimi-linear": _in(SOFTPLUS, (*(fixed(1, t, h) for h in KIMI_LINEAR_HEADS for t in KIMI_LINEAR_SEQLENS),
-                                  varlen(SERVING_VARLEN, 16))),
+    "kimi-linear": _in(
+        SOFTPLUS,
+        (*(fixed(1, t, h) for h in KIMI_LINEAR_HEADS for t in KIMI_LINEAR_SEQLENS), varlen(SERVING_VARLEN, 16)),
+    ),
 }
 SUITE_NAMES = (*SUITES, "all")
 # What --host measures when no shape is named: a decode-sized prefill, where the host's cost of
@@ -168,8 +186,15 @@ def resolve_shapes(suite: str | None, shapes=(), varlens=(), heads: int | None =
     if gate_params is not None:
         gate_params_named(gate_params)
         if not any(CONFIGS[s.config].fused for s in picked):
-            raise UsageError("--gate-params draws the parameters of a gate computed from raw logits: none of the "
-                             "shapes has one (add --config lower-bound or softplus, or a suite that has them)")
+            raise UsageError(
+                "--gate-params draws the parameters of a gate computed from raw logits: none of the "
+                "shapes has one (add --config lower-bound or softplus, or a suite that has them)"
+            )
         picked = [dataclasses.replace(s, gate_params=gate_params) if CONFIGS[s.config].fused else s for s in picked]
     seen: set[str] = set()
-    return [s for s in picked if not (s.key in seen or seen.add(s.key))]
+    unique = []
+    for s in picked:
+        if s.key not in seen:
+            seen.add(s.key)
+            unique.append(s)
+    return unique

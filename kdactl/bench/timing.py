@@ -13,7 +13,8 @@ before the span, never inside it.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 log = logging.getLogger("kdactl.bench")
 

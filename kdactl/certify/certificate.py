@@ -18,10 +18,11 @@ import hashlib
 import hmac
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from kdactl.atomic import write_text_atomic
 from kdactl.certify.jcs import NotCanonicalizable, canonicalize
@@ -74,8 +75,14 @@ def seal(doc: dict[str, Any], key: bytes | None, signer: NodeSigner | None = Non
     given, the node's Ed25519 signature when a signer is."""
     out = {k: v for k, v in doc.items() if k != "integrity"}
     data = canonical_bytes(out)
-    integrity: dict[str, Any] = {"algorithm": "sha256", "canonical": CANONICAL, "sha256": hashlib.sha256(data).hexdigest()}
-    integrity["signature"] = None if key is None else {"algorithm": "hmac-sha256", "key_id": key_id(key), "value": hmac_value(data, key)}
+    integrity: dict[str, Any] = {
+        "algorithm": "sha256",
+        "canonical": CANONICAL,
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    integrity["signature"] = (
+        None if key is None else {"algorithm": "hmac-sha256", "key_id": key_id(key), "value": hmac_value(data, key)}
+    )
     if signer is not None:
         integrity["node_signature"] = signer.sign(data)
     out["integrity"] = integrity
@@ -101,11 +108,11 @@ def read_key(env: Mapping[str, str], key_file: Path | None) -> bytes | None:
 
 
 def now_utc() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def stamp(t: datetime) -> str:
-    return t.astimezone(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return t.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def parse_stamp(text: Any) -> datetime | None:
@@ -211,7 +218,9 @@ def check_sealed(doc: Mapping[str, Any], key: bytes | None, now: datetime,
     out.failures += _check_signature(data, integrity["signature"], key, out.notes)
     node_sig = integrity.get("node_signature")
     if node_sig is not None and integrity["canonical"] != CANONICAL:
-        out.failures.append(f"a node signature needs canonical {CANONICAL!r}, the certificate says {integrity['canonical']!r}")
+        out.failures.append(
+            f"a node signature needs canonical {CANONICAL!r}, the certificate says {integrity['canonical']!r}"
+        )
     else:
         out.failures += node_signature_problems(data, node_sig, doc["node"]["hostname"], trusted, out.notes)
     out.failures += check_times(doc, now)
@@ -228,7 +237,9 @@ def check_schema(doc: Any) -> list[str]:
 def _check_signature(data: bytes, sig: Any, key: bytes | None, notes: list[str]) -> list[str]:
     if sig is None:
         if key is not None:
-            return ["certificate is not signed, but a key is configured (KDACTL_CERT_KEY / --key-file): signature required"]
+            return [
+                "certificate is not signed, but a key is configured (KDACTL_CERT_KEY / --key-file): signature required"
+            ]
         notes.append("no HMAC signature (unsigned), and no HMAC key configured")
         return []
     if key is None:
@@ -244,7 +255,9 @@ def _check_signature(data: bytes, sig: Any, key: bytes | None, notes: list[str])
 def check_times(doc: Mapping[str, Any], now: datetime) -> list[str]:
     issued, expires = parse_stamp(doc.get("issued_at")), parse_stamp(doc.get("expires_at"))
     if issued is None or expires is None:
-        return [f"issued_at {doc.get('issued_at')!r} / expires_at {doc.get('expires_at')!r}: not ISO 8601 times with a zone"]
+        return [
+            f"issued_at {doc.get('issued_at')!r} / expires_at {doc.get('expires_at')!r}: not ISO 8601 times with a zone"
+        ]
     if issued > now + CLOCK_SKEW:
         return [f"issued in the future: issued_at {stamp(issued)}, now {stamp(now)}"]
     if expires <= now:

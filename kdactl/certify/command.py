@@ -14,10 +14,11 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from rich.console import Console
 
@@ -25,8 +26,19 @@ from kdactl import __version__
 from kdactl.atomic import write_texts_atomic
 from kdactl.certify import certificate as cert_mod
 from kdactl.certify import fingerprint as fp
-from kdactl.certify.orchestrate import (GpuJob, Progress, StageRunner, StderrProgress, SubprocessRunner, node_checks,
-                                        health_checks, parse_gpus, run_gpus, select_gpus, target_checks)  # fmt: skip
+from kdactl.certify.orchestrate import (
+    GpuJob,
+    Progress,
+    StageRunner,
+    StderrProgress,
+    SubprocessRunner,
+    health_checks,  # fmt: skip
+    node_checks,
+    parse_gpus,
+    run_gpus,
+    select_gpus,
+    target_checks,
+)
 from kdactl.certify.outputs import junit_xml, prom_text, render_summary
 from kdactl.certify.signing import NodeSigner, read_signer
 from kdactl.certify.stages import Plan, default_plan
@@ -46,16 +58,16 @@ KEEP_LOG_DIRS = 5  # newest worker-log folders kept beside the certificate; olde
 @dataclass(frozen=True)
 class CertifyOptions:
     gpus: str = "all"
-    expect_gpus: Optional[int] = None
-    expect_sku: Optional[str] = None
+    expect_gpus: int | None = None
+    expect_sku: str | None = None
     quick: bool = False
-    out: Optional[Path] = None
-    junit: Optional[Path] = None
-    prom: Optional[Path] = None
+    out: Path | None = None
+    junit: Path | None = None
+    prom: Path | None = None
     lifetime_days: float = cert_mod.DEFAULT_LIFETIME_DAYS
-    fail_on: Optional[str] = None  # "warn"
-    key_file: Optional[Path] = None
-    signing_key: Optional[Path] = None  # this node's Ed25519 private key (PEM)
+    fail_on: str | None = None  # "warn"
+    key_file: Path | None = None
+    signing_key: Path | None = None  # this node's Ed25519 private key (PEM)
     as_json: bool = False
 
 
@@ -63,13 +75,13 @@ class CertifyOptions:
 class Deps:
     """Everything certify reads from the world; tests replace any of them."""
 
-    gather: Callable[[Settings], Any] = None  # type: ignore[assignment]  # -> NodeFacts
-    runner: Optional[StageRunner] = None  # default: SubprocessRunner (one worker process per stage)
-    plan: Optional[Plan] = None  # default: stages.default_plan(quick)
-    progress: Optional[Progress] = None
+    gather: Callable[[Settings], Any] | None = None  # -> NodeFacts
+    runner: StageRunner | None = None  # default: SubprocessRunner (one worker process per stage)
+    plan: Plan | None = None  # default: stages.default_plan(quick)
+    progress: Progress | None = None
     now: Callable[[], datetime] = cert_mod.now_utc
     hostname: Callable[[], str] = socket.gethostname
-    sanitizer_version: Callable[[Settings], Optional[str]] = None  # type: ignore[assignment]
+    sanitizer_version: Callable[[Settings], str | None] | None = None
     artifacts: Callable[[Settings, set[str]], tuple[dict, dict]] = fp.artifacts_for  # type: ignore[assignment]
 
 
@@ -77,7 +89,7 @@ class Deps:
 class CertifyReport:
     cert: dict[str, Any]
     reason: str
-    paths: dict[str, Optional[str]]
+    paths: dict[str, str | None]
     exit_code: int
     notes: list[str] = field(default_factory=list)
 
@@ -117,7 +129,7 @@ def check_options(o: CertifyOptions, settings: Settings) -> Checked:
     return Checked(picked, cert_mod.read_key(settings.env, o.key_file), signer, out_path)
 
 
-def _check_outputs(paths: dict[str, Optional[Path]]) -> None:
+def _check_outputs(paths: dict[str, Path | None]) -> None:
     """Every output can be written, checked before the run: one that cannot would otherwise fail
     only after a run of many minutes, with nothing to show for it."""
     seen: dict[Path, str] = {}
@@ -174,7 +186,9 @@ def _log_dir(out_path: Path) -> Path:
     parent = out_path.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        new = Path(tempfile.mkdtemp(prefix=f"{LOG_PREFIX}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-", dir=parent))
+        new = Path(
+            tempfile.mkdtemp(prefix=f"{LOG_PREFIX}{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-", dir=parent)
+        )
     except OSError as err:
         raise UsageError(f"cannot create a log folder in {parent}: {err.strerror or err}") from None
     older = sorted((p for p in parent.glob(f"{LOG_PREFIX}*") if p.is_dir() and p != new),
@@ -188,7 +202,9 @@ def build_document(settings: Settings, facts: Any, gpus: tuple[Any, ...], result
                    reason: str, o: CertifyOptions, d: Deps, artifacts: dict, why_none: dict) -> dict[str, Any]:  # fmt: skip
     issued = d.now()
     tk = facts.toolkit
-    node_fp = fp.Fingerprint(tuple(g.uuid for g in facts.gpus), facts.driver_version, tk.version_str if tk else None, artifacts)
+    node_fp = fp.Fingerprint(
+        tuple(g.uuid for g in facts.gpus), facts.driver_version, tk.version_str if tk else None, artifacts
+    )
     sanitizer = (d.sanitizer_version or sanitizer_version)(settings)
     return {
         "schema": cert_mod.SCHEMA,
@@ -197,13 +213,29 @@ def build_document(settings: Settings, facts: Any, gpus: tuple[Any, ...], result
         "scope": "quick" if o.quick else "full",
         "issued_at": cert_mod.stamp(issued),
         "expires_at": cert_mod.stamp(issued + cert_mod.lifetime(o.lifetime_days)),
-        "node": {"hostname": settings.env.get(NODE_NAME_VAR) or d.hostname(), "host_arch": facts.host_arch or platform.machine(), "fingerprint": node_fp.to_json(),
-                 "gpus_on_node": len(facts.gpus), "error": facts.error, "warnings": list(facts.warnings)},  # fmt: skip
-        "options": {"gpus": o.gpus, "expect_gpus": o.expect_gpus, "expect_sku": o.expect_sku, "quick": o.quick,
-                    "fail_on": o.fail_on},  # fmt: skip
-        "versions": {"kdactl": __version__, "driver": facts.driver_version, "cuda_driver": version_str(facts.cuda_driver),
-                     "cuda_toolkit": tk.version_str if tk else None, "torch": facts.torch_version,
-                     "compute_sanitizer": sanitizer},  # fmt: skip
+        "node": {
+            "hostname": settings.env.get(NODE_NAME_VAR) or d.hostname(),
+            "host_arch": facts.host_arch or platform.machine(),
+            "fingerprint": node_fp.to_json(),
+            "gpus_on_node": len(facts.gpus),
+            "error": facts.error,
+            "warnings": list(facts.warnings),
+        },  # fmt: skip
+        "options": {
+            "gpus": o.gpus,
+            "expect_gpus": o.expect_gpus,
+            "expect_sku": o.expect_sku,
+            "quick": o.quick,
+            "fail_on": o.fail_on,
+        },  # fmt: skip
+        "versions": {
+            "kdactl": __version__,
+            "driver": facts.driver_version,
+            "cuda_driver": version_str(facts.cuda_driver),
+            "cuda_toolkit": tk.version_str if tk else None,
+            "torch": facts.torch_version,
+            "compute_sanitizer": sanitizer,
+        },  # fmt: skip
         "gpus": [_gpu_doc(g, artifacts, why_none) for g in gpus],
         "results": [_result_doc(r) for r in results],
     }
@@ -233,7 +265,7 @@ def _result_doc(r: CheckResult) -> dict[str, Any]:
     return out
 
 
-def sanitizer_version(settings: Settings) -> Optional[str]:
+def sanitizer_version(settings: Settings) -> str | None:
     """compute-sanitizer's version line (found as kdactl sanitize finds it), or None."""
     from kdactl.errors import KdactlError
     from kdactl.sanitizer.run import find_sanitizer
@@ -246,12 +278,18 @@ def sanitizer_version(settings: Settings) -> Optional[str]:
     return lines[-1] if lines else None
 
 
-def _write_all(doc: dict[str, Any], out_path: Path, o: CertifyOptions) -> dict[str, Optional[str]]:
+def _write_all(doc: dict[str, Any], out_path: Path, o: CertifyOptions) -> dict[str, str | None]:
     """All outputs or none; the certificate, which gate and provisioning act on, is renamed last."""
     files = {Path(p): text(doc) for p, text in ((o.junit, junit_xml), (o.prom, prom_text)) if p}
     files[out_path] = cert_mod.certificate_text(doc)
     try:
         write_texts_atomic(files)
     except OSError as err:
-        raise UsageError(f"cannot write {err.filename or out_path}: {err.strerror or err}; no output was changed") from None
-    return {"certificate": str(out_path), "junit": str(o.junit) if o.junit else None, "prom": str(o.prom) if o.prom else None}
+        raise UsageError(
+            f"cannot write {err.filename or out_path}: {err.strerror or err}; no output was changed"
+        ) from None
+    return {
+        "certificate": str(out_path),
+        "junit": str(o.junit) if o.junit else None,
+        "prom": str(o.prom) if o.prom else None,
+    }

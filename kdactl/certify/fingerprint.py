@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from kdactl.errors import KdactlError
 from kdactl.settings import Settings
@@ -52,7 +53,11 @@ class Fingerprint:
             "artifact_build": {t: a and a.build for t, a in arts.items()},
         }
         text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-        return {**body, "sha256": hashlib.sha256(text.encode()).hexdigest(), "artifact_sha256": {t: a and a.sha256 for t, a in arts.items()}}
+        return {
+            **body,
+            "sha256": hashlib.sha256(text.encode()).hexdigest(),
+            "artifact_sha256": {t: a and a.sha256 for t, a in arts.items()},
+        }
 
 
 def find_artifact(settings: Settings, target: str, csrc: Path | None = None) -> tuple[Artifact | None, str]:
@@ -89,7 +94,9 @@ def _artifact(manifest: Mapping[str, Any]) -> tuple[Artifact | None, str]:
         return None, f"the library manifest does not name the library's sha256 and build inputs ({err})"
 
 
-def node_targets(settings: Settings, ccs: Iterable[Version], toolkit: Version | None, fallback: Iterable[str]) -> set[str]:
+def node_targets(
+    settings: Settings, ccs: Iterable[Version], toolkit: Version | None, fallback: Iterable[str]
+) -> set[str]:
     """The targets the node would load now: KDACTL_CUDA_ARCH, else an AOT entry for the device,
     else the SPEC policy with this nvcc; ``fallback`` (the certified targets) where none decides."""
     from kdactl.targets import decide_target, get_target
@@ -108,7 +115,9 @@ def node_targets(settings: Settings, ccs: Iterable[Version], toolkit: Version | 
     return out
 
 
-def artifacts_for(settings: Settings, targets: Iterable[str], csrc: Path | None = None) -> tuple[dict[str, Artifact | None], dict[str, str]]:
+def artifacts_for(
+    settings: Settings, targets: Iterable[str], csrc: Path | None = None
+) -> tuple[dict[str, Artifact | None], dict[str, str]]:
     """(target -> its library or None, target -> why None)."""
     found: dict[str, Artifact | None] = {}
     why_none: dict[str, str] = {}
@@ -136,20 +145,26 @@ def compare(recorded: Mapping[str, Any], now: Fingerprint) -> list[str]:
         before = then_art.get(target)
         cur = art and (art.build if field_ == "artifact_build" else art.sha256)
         if before is None:
-            out.append(f"kernel library {target}: not certified (certificate covers {', '.join(sorted(then_art)) or 'no library'})")
+            out.append(
+                f"kernel library {target}: not certified (certificate covers {', '.join(sorted(then_art)) or 'no library'})"
+            )
         elif cur is None:
             out.append(f"kernel library {target}: {what} {before[:16]}... at certification, no valid library now "
                        f"({now.why_none.get(target, 'not found')})")  # fmt: skip
         elif cur != before:
             hint = " (other sources, flags, kdactl or nvcc)" if field_ == "artifact_build" else ""
-            out.append(f"kernel library {target} changed: {what} {before[:16]}... at certification, {cur[:16]}... now{hint}")
+            out.append(
+                f"kernel library {target} changed: {what} {before[:16]}... at certification, {cur[:16]}... now{hint}"
+            )
     return out
 
 
 def _uuid_changes(then: list[str], now: list[str]) -> list[str]:
     if len(then) != len(now):
         gone, new = [u for u in then if u not in now], [u for u in now if u not in then]
-        said = "; ".join(p for p in (f"gone: {', '.join(gone)}" if gone else "", f"new: {', '.join(new)}" if new else "") if p)
+        said = "; ".join(
+            p for p in (f"gone: {', '.join(gone)}" if gone else "", f"new: {', '.join(new)}" if new else "") if p
+        )
         return [f"GPU count changed: {len(then)} at certification, {len(now)} now ({said or 'same uuids'})"]
     return [f"GPU {i}: uuid {a} at certification, {b} now" for i, (a, b) in enumerate(zip(then, now)) if a != b]
 

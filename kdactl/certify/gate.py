@@ -16,10 +16,11 @@ from its verified manifest. Nothing is loaded or built.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any
 
 from kdactl.certify import certificate as cm
 from kdactl.certify import fingerprint as fp
@@ -97,7 +98,9 @@ def certificate_reasons(doc: Mapping[str, Any], key: bytes | None, now: datetime
     if doc.get("verdict") != "certified":
         out.append(verdict_reason(doc))
     if doc.get("scope") != "full":
-        out.append(f"certificate scope is {doc.get('scope')!r}: only a full kdactl certify (not --quick) admits the node")
+        out.append(
+            f"certificate scope is {doc.get('scope')!r}: only a full kdactl certify (not --quick) admits the node"
+        )
     return out
 
 
@@ -113,7 +116,9 @@ def _check_node(settings: Settings, doc: Mapping[str, Any], report: GateReport,
         report.unknown.append(f"cannot read the node now: {err}")
         return
     certified = {g["uuid"]: g for g in doc["gpus"]}
-    report.failures += [f"GPU {i} ({u}) is not covered by the certificate" for i, u in enumerate(now.gpu_uuids) if u not in certified]
+    report.failures += [
+        f"GPU {i} ({u}) is not covered by the certificate" for i, u in enumerate(now.gpu_uuids) if u not in certified
+    ]
     fallback = {g.get("target") for g in certified.values() if g.get("target")}
     try:
         targets = fp.node_targets(settings, now.ccs, now.toolkit, fallback)
@@ -126,5 +131,5 @@ def _check_node(settings: Settings, doc: Mapping[str, Any], report: GateReport,
     report.failures += fp.compare(recorded, current)
 
 
-def _v(version: Optional[tuple[int, int]]) -> Optional[str]:
+def _v(version: tuple[int, int] | None) -> str | None:
     return None if version is None else f"{version[0]}.{version[1]}"

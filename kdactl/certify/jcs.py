@@ -115,4 +115,3 @@ def _write(value: Any, out: list[str]) -> None:
         out.append("]")
     else:
         raise NotCanonicalizable(f"is a {kind.__name__}, not a JSON value (or a subclass of one)")
-

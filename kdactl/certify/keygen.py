@@ -27,14 +27,19 @@ class KeygenReport:
                 "trusted_keys_line": self.trusted_line, "exit_code": self.exit_code}  # fmt: skip
 
     def render(self, console: Any) -> None:
-        console.print(f"# wrote {self.path} (key id {self.key_id}); add this line to the verifiers' trusted-keys file:", markup=False)
+        console.print(
+            f"# wrote {self.path} (key id {self.key_id}); add this line to the verifiers' trusted-keys file:",
+            markup=False,
+        )
         console.print(self.trusted_line, markup=False)
 
 
 def keygen_command(settings: Settings, out: Path, hostname: str | None = None) -> KeygenReport:
     host = hostname if hostname is not None else socket.gethostname()
     if not host or any(c.isspace() or c == "#" for c in host):
-        raise UsageError(f"--hostname {host!r}: a hostname is one word without '#' (it is the first field of a trusted-keys line)")
+        raise UsageError(
+            f"--hostname {host!r}: a hostname is one word without '#' (it is the first field of a trusted-keys line)"
+        )
     pem, public_raw = signing.new_private_key()
     signing.write_private_key(Path(out), pem)
     return KeygenReport(str(out), host, signing.key_id(public_raw), signing.public_line(host, public_raw))

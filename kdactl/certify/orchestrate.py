@@ -15,10 +15,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Protocol
 
 from kdactl.certify.stages import Plan, StageSpec, error, visible_devices_env
 from kdactl.errors import UsageError
@@ -80,7 +81,9 @@ def select_gpus(gpus: tuple[Any, ...], picked: tuple[int, ...] | None) -> tuple[
     have = {g.index for g in gpus}
     unknown = [i for i in picked if i not in have]
     if unknown:
-        raise UsageError(f"--gpus {','.join(map(str, picked))}: no GPU {','.join(map(str, unknown))} on this node (it has {','.join(map(str, sorted(have)))})")
+        raise UsageError(
+            f"--gpus {','.join(map(str, picked))}: no GPU {','.join(map(str, unknown))} on this node (it has {','.join(map(str, sorted(have)))})"
+        )
     return tuple(g for g in gpus if g.index in picked)
 
 
@@ -91,7 +94,11 @@ def node_checks(facts: Any, expect_gpus: int | None, expect_sku: str | None) -> 
         out.append(error("detect", facts.error or "no NVIDIA GPU found"))
     else:
         models = sorted({g.name for g in facts.gpus})
-        out.append(CheckResult("detect", "pass", f"{len(facts.gpus)} GPUs ({', '.join(models)}), driver {facts.driver_version}"))
+        out.append(
+            CheckResult(
+                "detect", "pass", f"{len(facts.gpus)} GPUs ({', '.join(models)}), driver {facts.driver_version}"
+            )
+        )
     if expect_gpus is not None:
         out.append(_count_check(facts, expect_gpus))
     if expect_sku is not None:
@@ -128,7 +135,9 @@ def target_checks(gpus: tuple[Any, ...]) -> list[CheckResult]:
     out = []
     for g in gpus:
         if g.target is None:
-            out.append(error("target", f"no kernel target for {g.name} (cc {g.cc[0]}.{g.cc[1]}): {g.target_reason}", g.index))
+            out.append(
+                error("target", f"no kernel target for {g.name} (cc {g.cc[0]}.{g.cc[1]}): {g.target_reason}", g.index)
+            )
         else:
             out.append(CheckResult("target", "pass", f"{g.target} ({g.target_reason})", gpu=g.index))
     return out
@@ -138,7 +147,9 @@ def target_checks(gpus: tuple[Any, ...]) -> list[CheckResult]:
 # Running the stages of every GPU
 
 
-def run_gpus(jobs: list[GpuJob], plan: Plan, runner: StageRunner, progress: Progress | None = None) -> list[CheckResult]:
+def run_gpus(
+    jobs: list[GpuJob], plan: Plan, runner: StageRunner, progress: Progress | None = None
+) -> list[CheckResult]:
     """Every job in parallel (one thread, hence one worker process at a time, per GPU); results in
     GPU order."""
     if not jobs:
@@ -166,7 +177,9 @@ def stage_groups(stages: tuple[StageSpec, ...]) -> list[tuple[StageSpec, ...]]:
         names = {s.name for s in group}
         for spec in group:
             if names.intersection(spec.needs):
-                raise ValueError(f"stage {spec.name} needs {sorted(names.intersection(spec.needs))}, which run at the same time")
+                raise ValueError(
+                    f"stage {spec.name} needs {sorted(names.intersection(spec.needs))}, which run at the same time"
+                )
     return [tuple(g) for g in groups]
 
 
@@ -205,7 +218,9 @@ def _guarded(runner: StageRunner, spec: StageSpec, job: GpuJob) -> list[CheckRes
 
 
 def stage_passed(results: list[CheckResult]) -> bool:
-    return bool(results) and all(r.status in ("pass", "warn") or (r.status == "skip" and not r.required) for r in results)
+    return bool(results) and all(
+        r.status in ("pass", "warn") or (r.status == "skip" and not r.required) for r in results
+    )
 
 
 class SubprocessRunner:
@@ -235,16 +250,23 @@ class SubprocessRunner:
         with tempfile.TemporaryDirectory(prefix="kdactl-stage-") as tmp:
             result = Path(tmp) / "result.json"
             env = visible_devices_env(job.env, job.uuid, job.index, job.target, job.sku)
-            done = run_process(self.command(spec, job, result), env=env, timeout_s=limit, log=log, children=self.children)
+            done = run_process(
+                self.command(spec, job, result), env=env, timeout_s=limit, log=log, children=self.children
+            )
             if done.start_error:
-                return [error(spec.name, "not run: certify was interrupted" if done.start_error == INTERRUPTED else done.start_error)]
+                return [
+                    error(
+                        spec.name,
+                        "not run: certify was interrupted" if done.start_error == INTERRUPTED else done.start_error,
+                    )
+                ]
             if done.timed_out:
                 return [error(spec.name, f"timed out after {limit:g} s and was killed (hung?); log {log}{_tail(log)}",
                               duration_s=done.duration_s)]  # fmt: skip
             return read_result(spec.name, result, done.returncode, log, done.duration_s)
 
 
-def read_result(stage: str, result: Path, rc: int, log: Path, took: float) -> list[CheckResult]:
+def read_result(stage: str, result: Path, rc: int | None, log: Path, took: float) -> list[CheckResult]:
     """The worker's results, or one error saying how it died."""
     if rc != 0:
         return [error(stage, f"worker {_how(rc)}; no result; log {log}{_tail(log)}", duration_s=took)]
@@ -252,10 +274,16 @@ def read_result(stage: str, result: Path, rc: int, log: Path, took: float) -> li
         data = json.loads(result.read_text())
         return [CheckResult.from_json(r) for r in data["results"]]
     except (OSError, ValueError, KeyError, TypeError) as err:
-        return [error(stage, f"worker result unreadable ({type(err).__name__}: {err}); log {log}{_tail(log)}", duration_s=took)]
+        return [
+            error(
+                stage, f"worker result unreadable ({type(err).__name__}: {err}); log {log}{_tail(log)}", duration_s=took
+            )
+        ]
 
 
-def _how(rc: int) -> str:
+def _how(rc: int | None) -> str:
+    if rc is None:
+        return "never exited"
     if rc < 0:
         try:
             return f"was killed by {signal.Signals(-rc).name} (crashed)"

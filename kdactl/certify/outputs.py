@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 import re
 import xml.etree.ElementTree as ET
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -44,7 +45,9 @@ def junit_xml(cert: Mapping[str, Any]) -> str:
         groups.setdefault(_gpu_label(r), []).append(r)
     root = ET.Element("testsuites", name=f"kdactl certify {host}")
     for label, results in groups.items():
-        suite = ET.SubElement(root, "testsuite", name=f"{host}.{label}", hostname=host, timestamp=str(cert.get("issued_at", "")))
+        suite = ET.SubElement(
+            root, "testsuite", name=f"{host}.{label}", hostname=host, timestamp=str(cert.get("issued_at", ""))
+        )
         props = [("gpu_uuid", uuids.get(int(label[3:]), ""))] if label.startswith("gpu") else []
         warnings = [f"{r['check']}: {_xml_text(str(r.get('message') or ''))}" for r in results if r["status"] == "warn"]
         props += [("warnings", str(len(warnings)))] + [("warning", w) for w in warnings]
@@ -66,7 +69,9 @@ def junit_xml(cert: Mapping[str, Any]) -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def _testcase(suite: ET.Element, classname: str, r: Mapping[str, Any], counts: dict[str, int], warn_fails: bool) -> None:
+def _testcase(
+    suite: ET.Element, classname: str, r: Mapping[str, Any], counts: dict[str, int], warn_fails: bool
+) -> None:
     status, message = r["status"], _xml_text(str(r.get("message") or ""))
     case = ET.SubElement(suite, "testcase", classname=classname, name=_xml_text(str(r["check"])),
                          time=_seconds(float(r.get("duration_s") or 0.0)), status=status)  # fmt: skip
@@ -159,10 +164,16 @@ def prom_text(cert: Mapping[str, Any]) -> str:
             problems.append((_labels(node=node, check=r["check"], gpu_uuid=gpu_uuid, status=r["status"]), 1.0))
         per = _PER_SECOND.get(str(r.get("unit")))
         if per is not None and isinstance(r.get("measured"), (int, float)):
-            perf.append((_labels(node=node, gpu_uuid=gpu_uuid, shape=r.get("shape", r["check"])), float(r["measured"]) / per))
+            perf.append(
+                (_labels(node=node, gpu_uuid=gpu_uuid, shape=r.get("shape", r["check"])), float(r["measured"]) / per)
+            )
     family("kdactl_check_status", "1 for each check of the last certification that failed, warned or errored "
            "(gpu_uuid empty: node-level).", problems)  # fmt: skip
-    family("kdactl_perf_measured_seconds", "Median time of the auto route per gated shape (cold L2) in the last certification.", perf)
+    family(
+        "kdactl_perf_measured_seconds",
+        "Median time of the auto route per gated shape (cold L2) in the last certification.",
+        perf,
+    )
     lines = []
     for name, help_, samples in families:
         lines += [f"# HELP {name} {help_}", f"# TYPE {name} gauge"]

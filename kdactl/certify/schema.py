@@ -18,9 +18,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 SCHEMA_FILE = Path(__file__).with_name("certificate.schema.json")
 MAX_BYTES = 16 << 20  # a real 8-GPU certificate of 1,041 results is about 230 KB
@@ -58,7 +59,9 @@ def load_certificate_bytes(data: bytes) -> tuple[dict[str, Any] | None, list[str
     except UnicodeDecodeError as err:
         return None, [f"not valid JSON (not UTF-8 at byte {err.start}): corrupt or tampered"]
     try:
-        doc = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float, object_pairs_hook=_unique_keys)
+        doc = json.loads(
+            text, parse_constant=_refuse_constant, parse_float=_finite_float, object_pairs_hook=_unique_keys
+        )
     except RecursionError:
         return None, [f"nesting is deeper than {MAX_DEPTH} levels"]
     except _Refused as err:

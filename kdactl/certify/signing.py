@@ -24,9 +24,10 @@ import binascii
 import hashlib
 import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from kdactl.errors import UsageError
 
@@ -86,11 +87,15 @@ def parse_trusted_keys(text: str, source: str) -> TrustedKeys:
         except binascii.Error:
             raise UsageError(f"{where}: the key of {host} is not base64") from None
         if len(raw) != PUBLIC_KEY_BYTES:
-            raise UsageError(f"{where}: the key of {host} is {len(raw)} bytes, an Ed25519 public key is {PUBLIC_KEY_BYTES}")
+            raise UsageError(
+                f"{where}: the key of {host} is {len(raw)} bytes, an Ed25519 public key is {PUBLIC_KEY_BYTES}"
+            )
         kid = key_id(raw)
         other = next((h for h, keys in by_host.items() if kid in keys and h != host), None)
         if other is not None:
-            raise UsageError(f"{where}: key {kid} is listed for both {other} and {host}: a node's key signs only its own certificate")
+            raise UsageError(
+                f"{where}: key {kid} is listed for both {other} and {host}: a node's key signs only its own certificate"
+            )
         by_host.setdefault(host, {})[kid] = raw
     if not by_host:
         raise UsageError(f"{source} lists no keys (lines 'HOSTNAME BASE64-PUBLIC-KEY')")
@@ -133,16 +138,22 @@ def node_signature_problems(data: bytes, sig: Mapping[str, Any] | None, hostname
     is to be checked and ``cryptography`` is missing."""
     if trusted is None:
         if sig is not None:
-            notes.append(f"node signature (key {sig['key_id']}) not checked: no trusted keys (--trusted-keys / {TRUSTED_ENV})")
+            notes.append(
+                f"node signature (key {sig['key_id']}) not checked: no trusted keys (--trusted-keys / {TRUSTED_ENV})"
+            )
         return []
     if sig is None:
-        return [f"certificate has no node signature, but trusted keys are configured ({trusted.source}): a signature by {hostname}'s key is required"]
+        return [
+            f"certificate has no node signature, but trusted keys are configured ({trusted.source}): a signature by {hostname}'s key is required"
+        ]
     kid = sig["key_id"]
     keys = trusted.by_host.get(hostname, {})
     if kid not in keys:
         owner = trusted.owner(kid)
         if owner is not None:
-            return [f"signed by {owner}'s key {kid}, not by a key of {hostname}: a node's key signs only its own certificate"]
+            return [
+                f"signed by {owner}'s key {kid}, not by a key of {hostname}: a node's key signs only its own certificate"
+            ]
         listed = ", ".join(sorted(keys)) or "none"
         return [f"signed with key {kid}, which {trusted.source} does not trust for {hostname} (its keys: {listed})"]
     public = _ed25519().Ed25519PublicKey.from_public_bytes(keys[kid])
@@ -203,7 +214,9 @@ def new_private_key() -> tuple[bytes, bytes]:
     from cryptography.hazmat.primitives import serialization
 
     private = _ed25519().Ed25519PrivateKey.generate()
-    pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    pem = private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     return pem, _raw_public(private)
 
 

@@ -21,8 +21,9 @@ Plans (decisions):
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 from kdactl.results import CheckResult
 from kdactl.settings import Settings
@@ -101,7 +102,14 @@ def build_stage(ctx: StageContext) -> list[CheckResult]:
     if test.passed:
         out.append(CheckResult("selftest", "pass", f"{test.n} values correct", test.duration_s))
     else:
-        out.append(CheckResult("selftest", "fail", f"{test.mismatches} of {test.n} values wrong, first {test.first_mismatch}", test.duration_s))
+        out.append(
+            CheckResult(
+                "selftest",
+                "fail",
+                f"{test.mismatches} of {test.n} values wrong, first {test.first_mismatch}",
+                test.duration_s,
+            )
+        )
     return [*out, host_result]
 
 
@@ -184,8 +192,12 @@ def judge_perf_activity(results: list[CheckResult], activity: Any) -> list[Check
     is a warning."""
     out = list(results)
     if activity.busy:
-        out = [r if r.status == "pass" or r.check == "perf.reference_check" else
-               replace(r, status="error", message=f"{activity.busy}; timing not judged ({r.message})") for r in out]
+        out = [
+            r
+            if r.status == "pass" or r.check == "perf.reference_check"
+            else replace(r, status="error", message=f"{activity.busy}; timing not judged ({r.message})")
+            for r in out
+        ]
         out.append(CheckResult("perf.activity", "error", activity.busy))
     else:
         out.append(CheckResult("perf.activity", "pass", "no other process on the GPU while it was timed"))
@@ -194,8 +206,15 @@ def judge_perf_activity(results: list[CheckResult], activity: Any) -> list[Check
     return out
 
 
-_ROW_STATUS = {"pass": "pass", "regressed": "fail", "slower-within-noise": "warn", "route-changed": "warn",
-               "no-baseline": "error", "not-measured": "error", "timer-mismatch": "error"}
+_ROW_STATUS = {
+    "pass": "pass",
+    "regressed": "fail",
+    "slower-within-noise": "warn",
+    "route-changed": "warn",
+    "no-baseline": "error",
+    "not-measured": "error",
+    "timer-mismatch": "error",
+}
 
 
 def perf_results(rows: list[Any], exit_code: int, reasons: list[str], timer: str | None = None) -> list[CheckResult]:
@@ -233,4 +252,3 @@ def visible_devices_env(env: Mapping[str, str], uuid: str, gpu: int, target: str
         out.pop("KDACTL_FAULT", None)
     out.setdefault("PYTHONUNBUFFERED", "1")
     return out
-

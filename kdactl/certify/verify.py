@@ -7,10 +7,11 @@ judges the document, not the node."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from rich.console import Console
 
@@ -23,7 +24,7 @@ from kdactl.settings import Settings
 @dataclass
 class VerifyReport:
     path: str
-    doc: Optional[dict[str, Any]]
+    doc: dict[str, Any] | None
     failures: list[str]
     notes: list[str] = field(default_factory=list)
 
@@ -33,8 +34,10 @@ class VerifyReport:
 
     def to_json(self) -> dict[str, Any]:
         d = self.doc or {}
-        integrity = d.get("integrity") if isinstance(d.get("integrity"), dict) else {}
-        node = d.get("node") if isinstance(d.get("node"), dict) else {}  # a malformed one is a failure, listed
+        integrity: dict[str, Any] = d["integrity"] if isinstance(d.get("integrity"), dict) else {}
+        node: dict[str, Any] = (
+            d["node"] if isinstance(d.get("node"), dict) else {}
+        )  # a malformed one is a failure, listed
         return {"command": "verify", "path": self.path, "valid": not self.failures, "exit_code": self.exit_code,
                 "verdict": d.get("verdict"), "scope": d.get("scope"), "hostname": node.get("hostname"),
                 "issued_at": d.get("issued_at"), "expires_at": d.get("expires_at"), "sha256": integrity.get("sha256"),

@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 import sqlite3
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from kdactl.errors import UsageError
 
@@ -77,7 +78,12 @@ class Db:
     def has_table(self, name: str) -> bool:
         if self.dialect == "sqlite":
             return bool(self.rows("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
-        return bool(self.rows("SELECT 1 FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = ?", (name,)))
+        return bool(
+            self.rows(
+                "SELECT 1 FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = ?",
+                (name,),
+            )
+        )
 
     def close(self) -> None:
         self.conn.close()

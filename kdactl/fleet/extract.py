@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from kdactl.certify.certificate import VERDICTS, parse_stamp, stamp
 from kdactl.certify.schema import kind
@@ -65,7 +66,9 @@ def _string(doc: Mapping[str, Any], path: str) -> str:
     for part in path.split("."):
         value = _dict(value).get(part)
     if not isinstance(value, str) or not value.strip():
-        raise Unstorable(f"{path} is {kind(value) if not isinstance(value, str) else 'empty'}, expected a non-empty string")
+        raise Unstorable(
+            f"{path} is {kind(value) if not isinstance(value, str) else 'empty'}, expected a non-empty string"
+        )
     return value
 
 
@@ -95,7 +98,7 @@ def extract(doc: Mapping[str, Any]) -> Extracted:
     gpus = [g for g in _list(doc.get("gpus")) if isinstance(g, dict)]
     by_index = {g["index"]: g for g in gpus if isinstance(g.get("index"), int) and not isinstance(g.get("index"), bool)}
     sku = clip("+".join(sorted({clip(g.get("sku"), NAME_MAX) for g in gpus})) or NO_GPU, NAME_MAX)
-    results = [r for r in _list(doc.get("results")) if isinstance(r, dict)]
+    results: list[Mapping[str, Any]] = [r for r in _list(doc.get("results")) if isinstance(r, dict)]
     fault = _dict(doc.get("options")).get("fault")
     cert = {
         "digest": clip(digest, 64), "node": clip(host, NAME_MAX), "sku": sku, "verdict": verdict,
@@ -133,7 +136,9 @@ def series_key(*parts: str) -> int:
     return int.from_bytes(hashlib.blake2b("\0".join(parts).encode(), digest_size=8).digest(), "big", signed=True)
 
 
-def _perf(results: list[Mapping[str, Any]], by_index: Mapping[int, Mapping[str, Any]], node_sku: str, node: str) -> list[tuple]:
+def _perf(
+    results: list[Mapping[str, Any]], by_index: Mapping[int, Mapping[str, Any]], node_sku: str, node: str
+) -> list[tuple]:
     """The perf results with a plausible measurement (a baseline out of range counts as none)."""
     out = []
     for r in results:
@@ -143,9 +148,23 @@ def _perf(results: list[Mapping[str, Any]], by_index: Mapping[int, Mapping[str, 
         gpu = r.get("gpu")
         g = by_index.get(gpu) if isinstance(gpu, int) and not isinstance(gpu, bool) else None
         sku = clip(g.get("sku"), NAME_MAX) if g else node_sku
-        key, shape, unit = _gpu_key(g or {}, gpu), clip(r.get("shape") or _check(r), NAME_MAX), clip(r.get("unit") or "", 20)
+        key, shape, unit = (
+            _gpu_key(g or {}, gpu),
+            clip(r.get("shape") or _check(r), NAME_MAX),
+            clip(r.get("unit") or "", 20),
+        )
         baseline = _number(r.get("baseline"))
-        out.append((series_key(node, key, shape, unit), key, sku, shape, unit, measured, baseline if plausible(baseline) else None))
+        out.append(
+            (
+                series_key(node, key, shape, unit),
+                key,
+                sku,
+                shape,
+                unit,
+                measured,
+                baseline if plausible(baseline) else None,
+            )
+        )
     return out
 
 
@@ -156,7 +175,11 @@ def _problems(results: list[Mapping[str, Any]], cert: Mapping[str, Any]) -> list
     out = []
     for r in results:
         if is_perf(_check(r)):
-            bad = {k: r[k] for k in ("measured", "baseline") if (x := _number(r.get(k))) is not None and x > 0 and not plausible(x)}
+            bad = {
+                k: r[k]
+                for k in ("measured", "baseline")
+                if (x := _number(r.get(k))) is not None and x > 0 and not plausible(x)
+            }
             if bad:
                 out.append((f"perf value out of range: {clip(_check(r), NAME_MAX)}", None if r.get("gpu") is None else clip(r.get("gpu"), NAME_MAX),
                             clip(", ".join(f"{k} {v!r}" for k, v in bad.items()), DETAIL_MAX)))  # fmt: skip
@@ -164,9 +187,17 @@ def _problems(results: list[Mapping[str, Any]], cert: Mapping[str, Any]) -> list
         if status in ("fail", "error") or (status == "skip" and r.get("required", True) is True):
             what = f"{'required check skipped' if status == 'skip' else status}: {clip(_check(r), NAME_MAX)}"
             gpu = r.get("gpu")
-            out.append((what, None if gpu is None else clip(gpu, NAME_MAX), clip(r.get("message") or status, DETAIL_MAX)))
+            out.append(
+                (what, None if gpu is None else clip(gpu, NAME_MAX), clip(r.get("message") or status, DETAIL_MAX))
+            )
     if cert["fault"]:
         out.append(("fault injected", None, f"KDACTL_FAULT={cert['fault']}: a test of the pipeline, not of the node"))
     if cert["verdict"] != "certified" and not out:
-        out.append((f"{cert['verdict']}: no failing check named", None, clip(cert["reason"] or "no reason recorded", DETAIL_MAX)))
+        out.append(
+            (
+                f"{cert['verdict']}: no failing check named",
+                None,
+                clip(cert["reason"] or "no reason recorded", DETAIL_MAX),
+            )
+        )
     return out

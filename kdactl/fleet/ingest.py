@@ -8,10 +8,11 @@ full, server gone) stops the batch, naming the file and what was stored before i
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from rich.console import Console
 
@@ -45,7 +46,9 @@ class IngestReport:
         for path, reason in self.rejected:
             console.print(f"REJECTED: {path}: {reason}", markup=False)
         if self.stopped:
-            console.print(f"STOPPED: {self.stopped}; stored before it: {', '.join(self.added) or 'nothing'}", markup=False)
+            console.print(
+                f"STOPPED: {self.stopped}; stored before it: {', '.join(self.added) or 'nothing'}", markup=False
+            )
         console.print(f"{len(self.added)} added, {len(self.already)} already stored, {len(self.rejected)} rejected; "
                       f"{self.total} certificates in {self.db}", markup=False)  # fmt: skip
 

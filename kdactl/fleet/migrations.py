@@ -9,7 +9,8 @@ are kept in ``left_out`` with the reason, which the report names.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kdactl.fleet.db import Db
 

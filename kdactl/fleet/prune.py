@@ -6,10 +6,11 @@ history shrinks, and with it the runs its drift is judged against.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rich.console import Console
 

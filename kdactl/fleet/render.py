@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import html
 import json
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from rich.table import Table
 from rich.text import Text
@@ -37,7 +38,11 @@ def _num(x: Any, unit: str = "") -> str:
 
 def summary_cells(row: Mapping[str, Any]) -> dict[str, str]:
     san = "not run" if row["sanitizer_errors"] is None else f"{row['sanitizer_errors']} ({row['sanitizer_runs']} runs)"
-    return {**{k: str(v) for k, v in row.items()}, "suite": f"{row['suite_passed']}/{row['suite_total']}", "sanitizer": san}
+    return {
+        **{k: str(v) for k, v in row.items()},
+        "suite": f"{row['suite_passed']}/{row['suite_total']}",
+        "sanitizer": san,
+    }
 
 
 def perf_cells(row: Mapping[str, Any]) -> dict[str, str]:

@@ -16,9 +16,10 @@ evidence is never a pass, so a SKU whose nodes ran no sanitizer says "not run", 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Iterable
+from typing import Any
 
 from kdactl.certify.certificate import now_utc, parse_stamp, stamp
 from kdactl.errors import UsageError
@@ -127,7 +128,8 @@ def _totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def perf_rows(medians: list[tuple]) -> list[dict[str, Any]]:
     """Rows per (SKU, shape, unit), then one geomean row per SKU over the shapes with a baseline."""
-    rows, logs = [], {}
+    rows: list[dict[str, Any]] = []
+    logs: dict[str, list[float]] = {}
     for sku, shape, unit, n, m, b in medians:
         lr = log_ratio(m, b)
         if lr is not None:
@@ -168,7 +170,9 @@ def problem_lines(cert: dict[str, Any], expired: bool, now: str, stored: list[tu
     lines = []
     if expired:
         lines.append(f"expired: expires_at {cert['expires_at']}, now {now}")
-    lines += [clip(f"{kind}{f' (GPU {gpu})' if gpu is not None else ''}: {detail}", CELL_MAX) for kind, gpu, detail in stored]
+    lines += [
+        clip(f"{kind}{f' (GPU {gpu})' if gpu is not None else ''}: {detail}", CELL_MAX) for kind, gpu, detail in stored
+    ]
     lines += drifts
     hidden = total - len(stored) + max(len(lines) - PROBLEMS_MAX, 0)
     return lines[:PROBLEMS_MAX] + ([f"… and {hidden} more"] if hidden > 0 else [])
@@ -183,7 +187,9 @@ def parse_since(text: str | None) -> datetime | None:
         return None
     t = parse_stamp(text if "T" in text or len(text) > 10 else f"{text}T00:00:00Z")
     if t is None:
-        raise UsageError(f"--since must be an ISO 8601 date or time with a zone (2026-05-01, 2026-05-01T12:00:00Z), got {text!r}")
+        raise UsageError(
+            f"--since must be an ISO 8601 date or time with a zone (2026-05-01, 2026-05-01T12:00:00Z), got {text!r}"
+        )
     return t
 
 
@@ -216,11 +222,15 @@ def _problem_page(db: Any, page: list[tuple], since: str, now: str, tolerance: f
         stored.setdefault(cert_id, []).append((kind, gpu, detail))
         totals[cert_id] = int(n)
     drifts: dict[str, list[str]] = {}
-    for node, gpu, shape, unit, last, median, n in queries.drift_rows(db, since, tolerance, [c["node"] for c in certs if c["drifted"]]):
+    for node, gpu, shape, unit, last, median, n in queries.drift_rows(
+        db, since, tolerance, [c["node"] for c in certs if c["drifted"]]
+    ):
         drifts.setdefault(node, []).append(drift_line(gpu, shape, unit, last, median, int(n), tolerance))
     out = []
     for c in certs:
-        lines = problem_lines(c, c["expires_at"] <= now, now, stored.get(c["id"], []), totals.get(c["id"], 0), drifts.get(c["node"], []))
+        lines = problem_lines(
+            c, c["expires_at"] <= now, now, stored.get(c["id"], []), totals.get(c["id"], 0), drifts.get(c["node"], [])
+        )
         out.append({"node": clip(c["node"], CELL_MAX), "sku": clip(c["sku"], CELL_MAX), "verdict": c["verdict"],
                     "severity": SEVERITY[c["severity"]], "issued_at": c["issued_at"], "expires_at": c["expires_at"],
                     "problems": lines})  # fmt: skip

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from kdactl.certify.certificate import check_schema, stamp
 from kdactl.errors import UsageError
@@ -64,7 +65,7 @@ class Store:
     def close(self) -> None:
         self.db.close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -84,7 +85,9 @@ class Store:
     def left_out(self) -> list[str]:
         """One line per row of a pre-migration store that was not a well-formed certificate."""
         rows = self.db.rows("SELECT digest, source, reason FROM left_out ORDER BY source")
-        return [f"stored row {clip(d or '?', 16)}... (from {clip(s, 200)}) left out: {clip(r, 300)}" for d, s, r in rows]
+        return [
+            f"stored row {clip(d or '?', 16)}... (from {clip(s, 200)}) left out: {clip(r, 300)}" for d, s, r in rows
+        ]
 
 
 def _insert(db: Db, found: Extracted, source: str, ingested_at: str, blob: bytes) -> bool:
@@ -97,7 +100,10 @@ def _insert(db: Db, found: Extracted, source: str, ingested_at: str, blob: bytes
         return False
     cert_id = got[0][0]
     db.execute("INSERT INTO docs VALUES (?, ?)", (cert_id, blob))
-    db.many("INSERT INTO perf VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [(cert_id, c["node"], c["issued_at"], *p) for p in found.perf])
+    db.many(
+        "INSERT INTO perf VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [(cert_id, c["node"], c["issued_at"], *p) for p in found.perf],
+    )
     db.many("INSERT INTO problems VALUES (?, ?, ?, ?)", [(cert_id, *p) for p in found.problems])
     return True
 
@@ -112,4 +118,7 @@ def _carry_legacy(db: Db, table: str) -> None:
         except (TypeError, ValueError, RecursionError) as err:  # Unstorable is a ValueError
             problems = [f"not valid JSON: {err}" if not isinstance(err, Unstorable) else str(err)]
         if problems:
-            db.execute("INSERT INTO left_out VALUES (?, ?, ?)", (clip(digest, 64), clip(source, SOURCE_MAX), clip("; ".join(problems), 1000)))
+            db.execute(
+                "INSERT INTO left_out VALUES (?, ?, ?)",
+                (clip(digest, 64), clip(source, SOURCE_MAX), clip("; ".join(problems), 1000)),
+            )

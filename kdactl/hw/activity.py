@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 # nvmlClocksEventReason* bits (pynvml; formerly ClocksThrottleReason*) that slow a timed run.
 THROTTLE_REASONS = {
@@ -82,7 +83,9 @@ class NvmlActivity:
                 pids.append(int(p.pid))
         reasons = self._call("nvmlDeviceGetCurrentClocksEventReasons", self._handle, gpu=self.index, optional=True)
         if reasons is None:
-            reasons = self._call("nvmlDeviceGetCurrentClocksThrottleReasons", self._handle, gpu=self.index, optional=True)
+            reasons = self._call(
+                "nvmlDeviceGetCurrentClocksThrottleReasons", self._handle, gpu=self.index, optional=True
+            )
         return Sample(tuple(sorted(set(pids))), None if reasons is None else int(reasons), ours_running)
 
     def close(self) -> None:

@@ -10,10 +10,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from kdactl.emit import stderr_console
 from kdactl.errors import EXIT_INCONCLUSIVE, EXIT_PASS
 from kdactl.hw.driver import version_str
 from kdactl.hw.facts import NodeFacts
-from kdactl.emit import stderr_console
 
 SCHEMA = "kdactl.detect/v1"
 
@@ -58,8 +58,14 @@ class DetectReport:
 
 def _node_lines(f: NodeFacts) -> list[tuple[str, str]]:
     tk = f.toolkit
-    driver = "none" if f.driver_version is None else f"{f.driver_version} (CUDA {version_str(f.cuda_driver) or '?'}, via {f.driver_source})"
-    torch = "not importable" if f.torch_version is None else f"{f.torch_version} (CUDA {f.torch_cuda or 'none: CPU build'})"
+    driver = (
+        "none"
+        if f.driver_version is None
+        else f"{f.driver_version} (CUDA {version_str(f.cuda_driver) or '?'}, via {f.driver_source})"
+    )
+    torch = (
+        "not importable" if f.torch_version is None else f"{f.torch_version} (CUDA {f.torch_cuda or 'none: CPU build'})"
+    )
     lines = [
         ("host arch", f.host_arch),
         ("driver", driver),
@@ -79,10 +85,16 @@ def _gpu_table(f: NodeFacts) -> Table:
         t.add_column(col, no_wrap=col != "name", min_width=12 if col == "name" else None)  # uuids: --json
     for g in f.gpus:
         t.add_row(
-            str(g.index), g.sku if g.sku != "unknown" else "[yellow]unknown[/yellow]",
-            version_str(g.cc), _or_dash(g.sm_count), f"{g.memory_mib / 1024:.1f} GiB",
+            str(g.index),
+            g.sku if g.sku != "unknown" else "[yellow]unknown[/yellow]",
+            version_str(g.cc),
+            _or_dash(g.sm_count),
+            f"{g.memory_mib / 1024:.1f} GiB",
             "-" if g.l2_bytes is None else f"{g.l2_bytes / (1 << 20):g} MiB",
-            _on_off(g.mig), _on_off(g.ecc), g.target or "[red]none[/red]", escape(g.name),
+            _on_off(g.mig),
+            _on_off(g.ecc),
+            g.target or "[red]none[/red]",
+            escape(g.name),
         )
     return t
 

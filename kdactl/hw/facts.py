@@ -78,7 +78,9 @@ class NodeFacts:
                 "driver_version": self.driver_version,
                 "cuda_driver_version": version_str(self.cuda_driver),
                 "driver_source": self.driver_source,
-                "cuda_toolkit": None if tk is None else {"version": tk.version_str, "nvcc": tk.nvcc, "build": tk.banner},
+                "cuda_toolkit": None
+                if tk is None
+                else {"version": tk.version_str, "nvcc": tk.nvcc, "build": tk.banner},
                 "torch": {"version": self.torch_version, "cuda": self.torch_cuda},
                 "cuda_arch_override": self.cuda_arch_override,
                 "target": self.target,

@@ -15,8 +15,9 @@ import os
 import re
 import subprocess
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from kdactl.results import CheckResult
 
@@ -72,7 +73,10 @@ def read_health(call: Callable[..., Any], handle: Any, index: int, kernel_log: C
         return None if any(v is None for v in values) else values
 
     def ecc():
-        v = both(nv("nvmlDeviceGetTotalEccErrors", _UNCORRECTED, _VOLATILE), nv("nvmlDeviceGetTotalEccErrors", _UNCORRECTED, _AGGREGATE))
+        v = both(
+            nv("nvmlDeviceGetTotalEccErrors", _UNCORRECTED, _VOLATILE),
+            nv("nvmlDeviceGetTotalEccErrors", _UNCORRECTED, _AGGREGATE),
+        )
         return v and {"volatile": int(v[0]), "aggregate": int(v[1])}
 
     def remap():
@@ -152,7 +156,11 @@ def read_kernel_log() -> str:
 def judge_health(h: HealthFacts | None, gpu: int) -> list[CheckResult]:
     """One ``health.*`` result per fact for GPU ``gpu``."""
     if h is None:
-        return [CheckResult("health", "skip", "health not read: NVML unavailable (nvidia-smi fallback)", gpu=gpu, required=False)]
+        return [
+            CheckResult(
+                "health", "skip", "health not read: NVML unavailable (nvidia-smi fallback)", gpu=gpu, required=False
+            )
+        ]
     return [_judge(name, getattr(h, name), h.unread.get(name), gpu) for name in _RULES]
 
 
@@ -161,7 +169,9 @@ def _judge(name: str, value: Any, why: str | None, gpu: int) -> CheckResult:
     if value is None:
         return CheckResult(check, "skip", f"not read: {why or 'unknown reason'}", gpu=gpu, required=False)
     status, message = _RULES[name][1](value)
-    return CheckResult(check, status, message, gpu=gpu, perf={"facts": value if not isinstance(value, tuple) else list(value)})
+    return CheckResult(
+        check, status, message, gpu=gpu, perf={"facts": value if not isinstance(value, tuple) else list(value)}
+    )
 
 
 def _ecc(v: dict[str, int]) -> tuple[str, str]:
@@ -204,7 +214,9 @@ def _xids(v: tuple[int, ...]) -> tuple[str, str]:
         return "pass", "no XID event for this GPU in the kernel log"
     bad = sorted(set(v) & BAD_XIDS)
     counts = Counter(v)  # an application fault repeats its XID (43) at every run: say each code once
-    said = "XID events since boot: " + ", ".join(f"{x}" + (f" ({n} times)" if n > 1 else "") for x, n in sorted(counts.items()))
+    said = "XID events since boot: " + ", ".join(
+        f"{x}" + (f" ({n} times)" if n > 1 else "") for x, n in sorted(counts.items())
+    )
     if bad:
         return "fail", f"{said} (GPU fault: {', '.join(map(str, bad))})"
     return "warn", said

@@ -6,7 +6,8 @@ with the same functions (tests/fakes.py ``FakeNvml``).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kdactl.errors import Inconclusive, NoGpu
 from kdactl.hw.driver import DriverGpu, DriverInfo, on_off

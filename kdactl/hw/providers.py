@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import platform
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 from kdactl.hw.cuda_torch import TorchCuda, TorchCudaProvider
 from kdactl.hw.driver import DriverProvider

@@ -6,19 +6,32 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from typing import Callable
+from collections.abc import Callable
 
 from kdactl.errors import Inconclusive, NoGpu
 from kdactl.hw.driver import DriverGpu, DriverInfo
 
 Runner = Callable[..., subprocess.CompletedProcess]
 
-QUERY_FIELDS = ("index", "uuid", "name", "memory.total", "compute_cap", "mig.mode.current", "ecc.mode.current", "driver_version")
+QUERY_FIELDS = (
+    "index",
+    "uuid",
+    "name",
+    "memory.total",
+    "compute_cap",
+    "mig.mode.current",
+    "ecc.mode.current",
+    "driver_version",
+)
 QUERY_ARGS = ("--query-gpu=" + ",".join(QUERY_FIELDS), "--format=csv,noheader,nounits")
 _CUDA_VERSION = re.compile(r"CUDA Version\s*:\s*(\d+)\.(\d+)")
 _ABSENT = {"[N/A]", "N/A", "[Not Supported]", "Not Supported", ""}
 # nvidia-smi's own words for "there is no driver or no GPU" (it exits non-zero with these).
-_NO_GPU_MARKERS = ("couldn't communicate with the NVIDIA driver", "No devices were found", "NVIDIA driver is not loaded")
+_NO_GPU_MARKERS = (
+    "couldn't communicate with the NVIDIA driver",
+    "No devices were found",
+    "NVIDIA driver is not loaded",
+)
 TIMEOUT_S = 30
 
 
@@ -38,8 +51,13 @@ def parse_query_csv(text: str) -> tuple[str | None, tuple[DriverGpu, ...]]:
             major, minor = cc.split(".")
             gpus.append(
                 DriverGpu(
-                    index=int(index), uuid=uuid, name=name, memory_mib=int(float(mem)),
-                    cc=(int(major), int(minor)), mig=_mode(mig), ecc=_mode(ecc),
+                    index=int(index),
+                    uuid=uuid,
+                    name=name,
+                    memory_mib=int(float(mem)),
+                    cc=(int(major), int(minor)),
+                    mig=_mode(mig),
+                    ecc=_mode(ecc),
                 )
             )
         except ValueError:
@@ -63,7 +81,9 @@ def _mode(cell: str) -> str | None:
 class SmiDriver:
     """DriverProvider over the nvidia-smi program."""
 
-    def __init__(self, exe: str = "nvidia-smi", run: Runner = subprocess.run, which: Callable[[str], str | None] = shutil.which):
+    def __init__(
+        self, exe: str = "nvidia-smi", run: Runner = subprocess.run, which: Callable[[str], str | None] = shutil.which
+    ):
         self.exe, self._run, self._which = exe, run, which
 
     def read(self) -> DriverInfo:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from kdactl.errors import Inconclusive, ToolMissing
 

@@ -17,10 +17,11 @@ The node's current fingerprint is not checked here: that is ``kdactl gate``'s jo
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kdactl.atomic import write_text_atomic
 from kdactl.certify import certificate as cm

@@ -12,8 +12,9 @@ from __future__ import annotations
 import re
 import socket
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 from kdactl.errors import EXIT_PASS, Inconclusive, ToolMissing, UsageError
 from kdactl.settings import Settings
@@ -38,7 +39,9 @@ class SubprocessRunner:
         except FileNotFoundError:
             raise ToolMissing(f"{argv[0]} not found on PATH: is this a Slurm node?") from None
         except subprocess.TimeoutExpired:
-            raise Inconclusive(f"{' '.join(argv[:3])} did not answer within {self.timeout_s:g} s (is slurmctld up?)") from None
+            raise Inconclusive(
+                f"{' '.join(argv[:3])} did not answer within {self.timeout_s:g} s (is slurmctld up?)"
+            ) from None
         return p.returncode, p.stdout, p.stderr
 
 
@@ -84,7 +87,7 @@ def this_node(env: Mapping[str, str], node: str | None = None) -> str:
 def owned_reason(reason: str | None) -> str:
     text = " ".join((reason or "node failed kdactl gate").split())
     if text.startswith(OWNED_PREFIX):
-        text = text[len(OWNED_PREFIX):].strip()
+        text = text[len(OWNED_PREFIX) :].strip()
     full = f"{OWNED_PREFIX} {text}"
     return full if len(full) <= MAX_REASON else full[: MAX_REASON - 3] + "..."
 
@@ -95,7 +98,7 @@ def parse_show_node(text: str, name: str) -> NodeState:
     for line in text.splitlines():
         line = line.strip()
         if line.startswith("Reason="):
-            reason = _STAMP.sub("", line[len("Reason="):])
+            reason = _STAMP.sub("", line[len("Reason=") :])
         m = re.search(r"(?:^|\s)State=(\S+)", line)
         if m and state is None:
             state = m.group(1)
@@ -128,7 +131,10 @@ def drain_command(settings: Settings, reason: str | None = None, node: str | Non
     before = show_node(r, name)
     report = SlurmReport("drain", name, "drained", "", before)
     if before.drained and before.reason and not before.owned:
-        report.done, report.message = "kept", f"already drained by someone else (reason {before.reason!r}); left as it is"
+        report.done, report.message = (
+            "kept",
+            f"already drained by someone else (reason {before.reason!r}); left as it is",
+        )
         return report
     full = owned_reason(reason)
     _update(r, report, ["scontrol", "update", f"nodename={name}", "state=drain", f"reason={full}"])
@@ -146,7 +152,9 @@ def resume_command(settings: Settings, node: str | None = None, runner: Runner |
         report.done, report.message = "nothing", f"not drained (state {before.state})"
     elif not before.owned:
         report.done = "kept"
-        report.message = f"drained with reason {before.reason!r}, which kdactl did not write: left drained for the operator"
+        report.message = (
+            f"drained with reason {before.reason!r}, which kdactl did not write: left drained for the operator"
+        )
     else:
         _update(r, report, ["scontrol", "update", f"nodename={name}", "state=resume"])
         report.message = f"was {before.state} with reason {before.reason!r}"

@@ -21,10 +21,11 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import filelock
 
@@ -120,7 +121,7 @@ class _locked:
         except TypeError:  # filelock 3.x: always flock on Unix
             self.lock = filelock.FileLock(str(path), timeout=timeout)
 
-    def __enter__(self) -> "_locked":
+    def __enter__(self) -> _locked:
         try:
             self.lock.acquire()
         except filelock.Timeout:
@@ -276,7 +277,7 @@ def make_manifest(spec: JitSpec, toolkit: Toolkit, digest: str, directory: Path,
         "cflags": list(spec.cflags),
         "ldflags": list(spec.link_flags()),
         "sources": [p.relative_to(spec.root).as_posix() for p in spec.sources],
-        "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "build_s": round(build_s, 3),
         "builder": {"host": socket.gethostname(), "pid": os.getpid()},
     }

@@ -77,7 +77,9 @@ def _make_dir(path: Path) -> None:
         except FileExistsError:
             continue  # another process made it first; check_private_dir judges it
         except OSError as err:
-            raise UnsafeCache(f"cannot create cache directory {directory}: {err.strerror}; set KDACTL_CACHE_DIR") from None
+            raise UnsafeCache(
+                f"cannot create cache directory {directory}: {err.strerror}; set KDACTL_CACHE_DIR"
+            ) from None
         os.chmod(directory, PRIVATE_MODE)  # mkdir's mode is masked by the umask
 
 

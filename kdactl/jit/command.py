@@ -3,10 +3,11 @@ compile named targets only (no GPU needed), optionally writing an AOT bundle."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rich.console import Console
 
@@ -73,7 +74,9 @@ class BuildReport:
 
     def render(self, console: Console) -> None:
         for lib in self.libraries:
-            how = {"built": f"built in {lib.build_s:.1f} s", "cache": "from cache", "aot": "from AOT bundle"}[lib.origin]
+            how = {"built": f"built in {lib.build_s:.1f} s", "cache": "from cache", "aot": "from AOT bundle"}[
+                lib.origin
+            ]
             load = "" if lib.load_s is None else f", loaded in {lib.load_s * 1000:.0f} ms"
             console.print(f"{lib.target}: {lib.path} ({how}{load})", markup=False)
         for t in self.selftests:
@@ -146,7 +149,9 @@ def compile_targets(
 ) -> BuildReport:
     """Compile only: each target's library into the cache (and the AOT bundle); nothing is loaded."""
     toolkit = toolkit_provider(settings.nvcc)
-    results = [build_library(kernel_library_spec(t, csrc), settings.cache_dir, toolkit, progress=progress) for t in targets]
+    results = [
+        build_library(kernel_library_spec(t, csrc), settings.cache_dir, toolkit, progress=progress) for t in targets
+    ]
     libraries = tuple(
         LibraryInfo(r.target, r.library, "built" if r.built else "cache", r.build_s, None, r.manifest) for r in results
     )
@@ -175,4 +180,5 @@ def _built(settings: Settings, target: Target, toolkit_provider: ToolkitProvider
     """The cache entry for target, building it if needed (AOT bundles copy from the cache)."""
     spec = kernel_library_spec(target, csrc)
     return lookup_cached(spec, settings.cache_dir) or build_library(
-        spec, settings.cache_dir, toolkit_provider(settings.nvcc), progress=progress)
+        spec, settings.cache_dir, toolkit_provider(settings.nvcc), progress=progress
+    )

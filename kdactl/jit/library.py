@@ -11,9 +11,10 @@ import ctypes
 import functools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kdactl.errors import BuildError, Inconclusive, NoGpu, ToolMissing, UnsupportedTarget
 from kdactl.hw.toolkit import Toolkit, find_toolkit
@@ -94,12 +95,18 @@ SIGNATURES: dict[str, tuple[list[Any], Any]] = {
     "kdactl_selftest": ([ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p], ctypes.c_int),
     "kdactl_stream_capture_id": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_ulonglong)], ctypes.c_int),
     "kdactl_kda_workspace_bytes": (
-        [ctypes.POINTER(KdaArgs), ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)], ctypes.c_int),
+        [ctypes.POINTER(KdaArgs), ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)],
+        ctypes.c_int,
+    ),
     **{f"kdactl_kda_{route}": _KDA_ROUTE_SIGNATURE for route in ROUTES},
 }
 # The library's constants the Python side relies on: KDACTL_<name> -> the value it must have.
-EXPECTED_CONSTANTS: dict[str, int] = {**SHARED_CONSTANTS, **FUSED_CONSTANTS,
-                                      "ERR_WRONG_DEVICE": KDACTL_ERR_WRONG_DEVICE, "ERR_UNSUPPORTED": KDACTL_ERR_UNSUPPORTED}
+EXPECTED_CONSTANTS: dict[str, int] = {
+    **SHARED_CONSTANTS,
+    **FUSED_CONSTANTS,
+    "ERR_WRONG_DEVICE": KDACTL_ERR_WRONG_DEVICE,
+    "ERR_UNSUPPORTED": KDACTL_ERR_UNSUPPORTED,
+}
 
 
 class KernelError(Inconclusive, RuntimeError):
@@ -172,7 +179,7 @@ class Kernels:
         return fn
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _bind(path: str) -> ctypes.CDLL:
     """dlopen once per path and declare every signature."""
     try:
@@ -313,6 +320,10 @@ def _toolkit_or_explain(settings: Settings, target: str | None, provider: Toolki
     try:
         return provider(settings.nvcc)
     except ToolMissing as err:
-        where = f"KDACTL_AOT_DIR={settings.aot_dir} has no usable entry" if settings.aot_dir else "KDACTL_AOT_DIR is not set"
+        where = (
+            f"KDACTL_AOT_DIR={settings.aot_dir} has no usable entry"
+            if settings.aot_dir
+            else "KDACTL_AOT_DIR is not set"
+        )
         what = f" for {target}" if target else ""
         raise ToolMissing(f"{err}; no prebuilt kernel library{what} either ({where})") from None

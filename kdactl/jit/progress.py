@@ -9,8 +9,9 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 # Set for every build, so that an operator's own NINJA_STATUS cannot change what is parsed; ninja
 # prints it when an edge finishes when its output is not a terminal: %f edges finished, %t in all.
@@ -88,7 +89,9 @@ class BarProgress(NullProgress):
         self._tasks[target] = self._bar.add_task(f"{target} compiling", total=edges)
 
     def step(self, target: str, step: NinjaStep) -> None:
-        self._bar.update(self._tasks[target], completed=step.done, total=step.total, description=f"{target} {step.what}")
+        self._bar.update(
+            self._tasks[target], completed=step.done, total=step.total, description=f"{target} {step.what}"
+        )
 
     def finished(self, target: str) -> None:
         self._bar.update(self._tasks[target], description=f"{target} built")

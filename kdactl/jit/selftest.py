@@ -81,7 +81,7 @@ def compare(actual: list[int], expected: list[int]) -> tuple[int, dict[str, int]
     return len(bad), {"index": i, "expected": expected[i] if i < len(expected) else -1, "actual": got}
 
 
-def run_selftest(kernels: "Kernels", device: int = 0, n: int = DEFAULT_N, seed: int = DEFAULT_SEED) -> SelftestResult:
+def run_selftest(kernels: Kernels, device: int = 0, n: int = DEFAULT_N, seed: int = DEFAULT_SEED) -> SelftestResult:
     """Launch kdactl_selftest on torch's current stream of ``device`` and check every value."""
     import torch
 

@@ -78,7 +78,7 @@ class JitSpec:
         return Path(cache_dir) / self.version / self.target.name / f"{self.name}-{digest[:16]}"
 
 
-def _feed(h: "hashlib._Hash", label: str, data: bytes) -> None:
+def _feed(h: hashlib._Hash, label: str, data: bytes) -> None:
     """Length-prefixed so that no two different inputs feed the same byte stream."""
     for part in (label.encode(), data):
         h.update(len(part).to_bytes(8, "little"))
@@ -96,8 +96,16 @@ def kernel_library_spec(target: Target, csrc: Path | None = None) -> JitSpec:
     sources = tuple(sorted(p for p in root.glob("*.cu") if p.is_file()))
     if not sources:
         raise BuildError(f"no *.cu kernel sources in {root}")
-    headers = tuple(sorted(p for p in root.rglob("*") if p.suffix in _HEADER_SUFFIXES and p.is_file()
-                           and p not in sources and FAULTS_DIR not in p.relative_to(root).parts))
+    headers = tuple(
+        sorted(
+            p
+            for p in root.rglob("*")
+            if p.suffix in _HEADER_SUFFIXES
+            and p.is_file()
+            and p not in sources
+            and FAULTS_DIR not in p.relative_to(root).parts
+        )
+    )
     return _nvcc_spec(LIBRARY_NAME, target, root, sources, headers)
 
 
@@ -112,7 +120,9 @@ def faults_library_spec(target: Target, csrc: Path | None = None) -> JitSpec:
     sources = tuple(sorted(p for p in root.glob("*.cu") if p.is_file()))
     if not sources:
         raise BuildError(f"no *.cu positive-control sources in {root}")
-    headers = tuple(sorted(p for p in root.rglob("*") if p.suffix in _HEADER_SUFFIXES and p.is_file() and p not in sources))
+    headers = tuple(
+        sorted(p for p in root.rglob("*") if p.suffix in _HEADER_SUFFIXES and p.is_file() and p not in sources)
+    )
     return _nvcc_spec(FAULTS_NAME, target, root, sources, headers)
 
 
@@ -156,11 +166,30 @@ def host_module_spec(target: Target, csrc: Path | None = None) -> JitSpec:
         root=root,
         sources=(source,),
         headers=(root / "kdactl_api.h",),
-        cflags=("-O3", "-std=c++20", "-Xcompiler", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-                f"-DKDACTL_TORCH_VERSION={torch.__version__}", f"-DKDACTL_PYTHON={sys.version_info[0]}{sys.version_info[1]}"),  # fmt: skip
-        ldflags=("-shared", "-cudart=none", f"-L{torch_dir / 'lib'}", "-lc10", "-ltorch_cpu", "-ltorch_python",
-                 "-Xlinker", f"-rpath={torch_dir / 'lib'}"),  # fmt: skip
-        include_dirs=(root, torch_dir / "include", torch_dir / "include" / "torch" / "csrc" / "api" / "include",
-                      Path(sysconfig.get_paths()["include"])),  # fmt: skip
+        cflags=(
+            "-O3",
+            "-std=c++20",
+            "-Xcompiler",
+            "-fPIC",
+            f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+            f"-DKDACTL_TORCH_VERSION={torch.__version__}",
+            f"-DKDACTL_PYTHON={sys.version_info[0]}{sys.version_info[1]}",
+        ),  # fmt: skip
+        ldflags=(
+            "-shared",
+            "-cudart=none",
+            f"-L{torch_dir / 'lib'}",
+            "-lc10",
+            "-ltorch_cpu",
+            "-ltorch_python",
+            "-Xlinker",
+            f"-rpath={torch_dir / 'lib'}",
+        ),  # fmt: skip
+        include_dirs=(
+            root,
+            torch_dir / "include",
+            torch_dir / "include" / "torch" / "csrc" / "api" / "include",
+            Path(sysconfig.get_paths()["include"]),
+        ),  # fmt: skip
         device_code=False,
     )

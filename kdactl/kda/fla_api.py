@@ -46,7 +46,9 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
     if cp_context is not None:
         raise _refuse("cp_context (context parallelism) is not supported")
     if kwargs.get("chunk_size", 64) not in (32, 64):
-        raise _refuse(f"`chunk_size` must be either 32 or 64, got {kwargs['chunk_size']}")  # fla's words: its tests match them
+        raise _refuse(
+            f"`chunk_size` must be either 32 or 64, got {kwargs['chunk_size']}"
+        )  # fla's words: its tests match them
     if use_graph and max_num_seqs is not None and (cu_seqlens is None or max_num_seqs != cu_seqlens.numel() - 1):
         raise _refuse("max_num_seqs must equal len(cu_seqlens) - 1 (pad cu_seqlens with empty sequences)")
     if return_intermediate_states and disable_recompute:

@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 
 
-def random_inputs(B: int, T: int, H: int, K: int = 128, V: int = 128, *, lengths: Optional[Sequence[int]] = None,
-                  device="cpu", seed: int = 0, g_range: Optional[tuple[float, float]] = (-1.0, 0.0),
+def random_inputs(B: int, T: int, H: int, K: int = 128, V: int = 128, *, lengths: Sequence[int] | None = None,
+                  device="cpu", seed: int = 0, g_range: tuple[float, float] | None = (-1.0, 0.0),
                   g_dtype=torch.float32, beta_dtype=torch.float32, with_state: bool = False,
                   normalize_q: bool = False, cu_dtype=torch.int32):  # fmt: skip
     """(inputs {q,k,v,g,beta}, initial_state or None, cu_seqlens or None).

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from typing import Optional
 
 import torch
 
@@ -20,7 +19,7 @@ from kdactl.kda.workspace import KdaWorkspace
 UNDECIDED = -1  # route_id of a call traced by torch.compile: the op decides the route when it runs
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def kernels():
     """The kernel library for this process, built or loaded once (first call only touches disk)."""
     from kdactl.jit.library import load_kernels
@@ -35,7 +34,7 @@ def device_info(device: torch.device | int) -> DeviceInfo:
     return _device_info(index if index is not None else torch.cuda.current_device())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _device_info(index: int) -> DeviceInfo:
     props = torch.cuda.get_device_properties(index)
     return DeviceInfo(sm_count=props.multi_processor_count, cc=(props.major, props.minor), target=kernels().target)
@@ -73,7 +72,7 @@ class LaunchPlan:
 
     @classmethod
     def of(cls, p: KdaProblem, device: DeviceInfo, route_id: int, q, scale: float, tuning: int, fused: Fused,
-           cu_seqlens=None, checkpoints=None) -> "LaunchPlan":  # fmt: skip
+           cu_seqlens=None, checkpoints=None) -> LaunchPlan:  # fmt: skip
         """The plan for a call's tensors: q's device, cu_seqlens' and the checkpoints' element types."""
         from kdactl.kda.problem import DTYPE_CODES
 
@@ -82,7 +81,7 @@ class LaunchPlan:
                    DTYPE_CODES[checkpoints.dtype] if checkpoints is not None else 0)  # fmt: skip
 
     def launch(self, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, A_log=None,
-               dt_bias=None, state_indices=None, checkpoints=None, stream: Optional[int] = None) -> None:  # fmt: skip
+               dt_bias=None, state_indices=None, checkpoints=None, stream: int | None = None) -> None:  # fmt: skip
         """Launch on the current stream (``stream``: its raw pointer, when the caller has it).
         ``workspace``: a claimed KdaWorkspace, a uint8 scratch tensor, or None (scratch is then
         allocated here when the route needs it). Every line here runs on every call."""
@@ -130,17 +129,17 @@ def kda_prefill_(
     v: torch.Tensor,
     g: torch.Tensor,
     beta: torch.Tensor,
-    initial_state: Optional[torch.Tensor],
-    cu_seqlens: Optional[torch.Tensor],
+    initial_state: torch.Tensor | None,
+    cu_seqlens: torch.Tensor | None,
     o: torch.Tensor,
-    final_state: Optional[torch.Tensor],
-    workspace: Optional[torch.Tensor],
+    final_state: torch.Tensor | None,
+    workspace: torch.Tensor | None,
     scale: float,
     route: str,
     route_id: int,
     tuning: int,
-    A_log: Optional[torch.Tensor] = None,
-    dt_bias: Optional[torch.Tensor] = None,
+    A_log: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
     qk_l2norm: bool = False,
     beta_mode: int = 0,
     gate_mode: int = 0,
@@ -176,7 +175,7 @@ def launch(problem: KdaProblem, device: DeviceInfo, route_id: int, q, k, v, g, b
                 checkpoints)  # fmt: skip
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _launches() -> int:
     """2 under KDACTL_FAULT=slow (the same result in twice the time: the perf gate must fail), else 1.
     Read once per process: the launch path stays free of environment lookups."""

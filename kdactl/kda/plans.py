@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -124,7 +124,7 @@ def _check_out(name, x, shape, dtype, device, eager=True):
         raise ValueError(f"kdactl.kda.prefill: {name} must be contiguous, 16-byte aligned, on {device}")
 
 
-def call_key(tensors: tuple, out: Any, options: tuple) -> tuple[Optional[tuple], bool]:
+def call_key(tensors: tuple, out: Any, options: tuple) -> tuple[tuple | None, bool]:
     """(key, aligned): the key of a call, from every tensor's shape, dtype, device and contiguity
     (``tensors`` in TENSORS order, then ``out``'s) and the ``options``; None when the call cannot be
     planned (an argument that is not a tensor). ``aligned``: every pointer is 16-byte aligned. One
@@ -144,7 +144,7 @@ def call_key(tensors: tuple, out: Any, options: tuple) -> tuple[Optional[tuple],
     return tuple(key), aligned
 
 
-def lookup(key: Optional[tuple]) -> Optional[CallPlan]:
+def lookup(key: tuple | None) -> CallPlan | None:
     if key is None:
         return None
     try:

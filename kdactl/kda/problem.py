@@ -41,7 +41,7 @@ class KdaProblem:
     checkpoint_every: int = 0  # tokens between prefix checkpoints; 0: none
 
     @classmethod
-    def of(cls, q, v, g, beta, cu_seqlens=None, state_v_first=False) -> "KdaProblem":
+    def of(cls, q, v, g, beta, cu_seqlens=None, state_v_first=False) -> KdaProblem:
         """The facts of already-validated tensors (``heads``: v's, the value heads)."""
         B, T, Hq, K = q.shape
         H = v.shape[2]
@@ -134,7 +134,9 @@ def validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, cu_seqlens_c
     host = host_bounds(cu_seqlens_cpu, cu_seqlens) if cu_seqlens_cpu is not None else None
     num_seqs = _check_cu_seqlens(cu_seqlens, B, T, dev, runtime, host) if cu_seqlens is not None else B
     if num_seqs > MAX_GRID_DIM:
-        raise _fail("cu_seqlens" if cu_seqlens is not None else "q", f"at most {MAX_GRID_DIM} sequences, got {num_seqs}")
+        raise _fail(
+            "cu_seqlens" if cu_seqlens is not None else "q", f"at most {MAX_GRID_DIM} sequences, got {num_seqs}"
+        )
     problem = KdaProblem.of(q, v, g, beta, cu_seqlens, state_v_first)
     if initial_state is not None:
         check("initial_state", initial_state, (torch.float32,), 4)
@@ -159,7 +161,9 @@ def validate_fused(fused: Fused, A_log, dt_bias, problem: KdaProblem, device, *,
             continue
         _check_tensor(name, x, (torch.float32,), None, device, require_cuda, runtime)  # shapes: below
         if tuple(x.shape) not in shapes:
-            raise _fail(name, f"must have shape {' or '.join(map(str, shapes))} for {H} heads of K={K}, got {tuple(x.shape)}")
+            raise _fail(
+                name, f"must have shape {' or '.join(map(str, shapes))} for {H} heads of K={K}, got {tuple(x.shape)}"
+            )
 
 
 def validate_pool(pool, indices, problem: KdaProblem, device, *, require_cuda=True, runtime=True) -> None:
@@ -167,7 +171,10 @@ def validate_pool(pool, indices, problem: KdaProblem, device, *, require_cuda=Tr
     from zero, write nothing). Two sequences must not share a slot (they would race); the indices
     stay on the device unread, so that is the caller's contract, as in fla's and vLLM's pools."""
     if (pool is None) != (indices is None):
-        raise _fail("state_indices" if pool is not None else "state_pool", "is needed with the other (state_pool, state_indices)")
+        raise _fail(
+            "state_indices" if pool is not None else "state_pool",
+            "is needed with the other (state_pool, state_indices)",
+        )
     if pool is None:
         return
     _check_tensor("state_pool", pool, (torch.float32,), 4, device, require_cuda, runtime)
@@ -190,7 +197,9 @@ def validate_checkpoints(every, buffer, problem: KdaProblem, device, cu_seqlens=
         raise _fail("checkpoint_every", f"must be a positive multiple of {CHUNK} tokens, got {every!r}")
     dtypes = (torch.float32, torch.bfloat16)
     if dtype is not None and (buffer is not None or dtype not in dtypes):
-        raise _fail("checkpoint_dtype", f"must be float32 or bfloat16, and only without a checkpoints buffer, got {dtype}")
+        raise _fail(
+            "checkpoint_dtype", f"must be float32 or bfloat16, and only without a checkpoints buffer, got {dtype}"
+        )
     B, H, (S1, S2) = (1 if problem.varlen else problem.batch), problem.heads, problem.state_shape
     rows = None  # the rows this call writes, when the host knows them
     if not problem.varlen:

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from kdactl.kda.problem import KdaProblem
@@ -53,14 +54,14 @@ class RouteDecision:
         return ROUTE_IDS[self.route]
 
 
-Rule = Callable[["KdaProblem", DeviceInfo], Optional[str]]
+Rule = Callable[["KdaProblem", DeviceInfo], str | None]
 
 
-def _direct(p: KdaProblem, dev: DeviceInfo) -> Optional[str]:
+def _direct(p: KdaProblem, dev: DeviceInfo) -> str | None:
     return None  # the token-serial route runs every valid problem
 
 
-def _chunk(p: KdaProblem, dev: DeviceInfo) -> Optional[str]:
+def _chunk(p: KdaProblem, dev: DeviceInfo) -> str | None:
     if p.key_dim != p.value_dim:
         return f"needs K == V, got K={p.key_dim} V={p.value_dim}"
     return None  # validation already limits K and V to 64 or 128
@@ -100,7 +101,7 @@ def small_bh_plan(p: KdaProblem, dev: DeviceInfo) -> SegmentPlan:
     return SegmentPlan(-(-chunks // seg_chunks), seg_chunks, lanes)
 
 
-def _small_bh(p: KdaProblem, dev: DeviceInfo) -> Optional[str]:
+def _small_bh(p: KdaProblem, dev: DeviceInfo) -> str | None:
     if p.key_dim != p.value_dim:
         return f"needs K == V, got K={p.key_dim} V={p.value_dim}"
     plan = small_bh_plan(p, dev)
@@ -182,13 +183,17 @@ def preference(p: KdaProblem, dev: DeviceInfo) -> tuple[tuple[str, str], ...]:
         seg_why = f"T={p.seqlen} < {SMALL_BH_MIN_TOKENS}"
     elif segments >= SMALL_BH_MIN_SEGMENTS:
         seg_why = f"{segments} segments per sequence >= {SMALL_BH_MIN_SEGMENTS}"
-        return ("small_bh", seg_why), ("chunk", f"slower than small_bh at {seg_why}"), ("direct", f"slower than chunk at {why}")
+        return (
+            ("small_bh", seg_why),
+            ("chunk", f"slower than small_bh at {seg_why}"),
+            ("direct", f"slower than chunk at {why}"),
+        )
     else:
         seg_why = f"{segments} segments per sequence < {SMALL_BH_MIN_SEGMENTS}"
     return ("chunk", why), ("small_bh", f"slower than chunk at {seg_why}"), ("direct", f"slower than chunk at {why}")
 
 
-def eligibility(problem: KdaProblem, device: DeviceInfo) -> dict[str, Optional[str]]:
+def eligibility(problem: KdaProblem, device: DeviceInfo) -> dict[str, str | None]:
     """route -> None when eligible, else the reason it is not."""
     return {r.name: r.rule(problem, device) for r in ROUTE_TABLE}
 

@@ -8,8 +8,6 @@ route's prepared factors), grown by eager calls and never allocated under captur
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from kdactl.kda.problem import capturing, current_stream_ptr
@@ -22,11 +20,11 @@ class KdaWorkspace:
             raise ValueError(f"KdaWorkspace: device must be a CUDA device, got {device}")
         # "cuda" means the current device; pin its index so that it compares equal to q.device.
         self.device = device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
-        self.stream: Optional[int] = None  # eager stream bound on first use
-        self.capture_id: Optional[int] = None  # graph capture that owns it
-        self.buffer: Optional[torch.Tensor] = None  # uint8 scratch for the routes that need it
+        self.stream: int | None = None  # eager stream bound on first use
+        self.capture_id: int | None = None  # graph capture that owns it
+        self.buffer: torch.Tensor | None = None  # uint8 scratch for the routes that need it
 
-    def reserve(self, nbytes: int) -> Optional[torch.Tensor]:
+    def reserve(self, nbytes: int) -> torch.Tensor | None:
         """The scratch buffer, at least ``nbytes`` long: grown outside capture, never during one."""
         if nbytes and (self.buffer is None or self.buffer.numel() < nbytes):
             if capturing(self.device):

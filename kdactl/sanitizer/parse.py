@@ -44,12 +44,10 @@ _TOOL_OPTION = re.compile(r"--tool[= ]+(memcheck|synccheck|racecheck|initcheck)\
 
 # Error reports that only one tool prints.
 _TOOL_MARKERS = (
-    ("racecheck", re.compile(_PREFIX + r"(Error|Warning|Info): (\(.*?\) )?(Race reported|Potential \w+ hazard)",
-                             re.M)),
+    ("racecheck", re.compile(_PREFIX + r"(Error|Warning|Info): (\(.*?\) )?(Race reported|Potential \w+ hazard)", re.M)),
     ("synccheck", re.compile(_PREFIX + r"(Barrier error detected|Invalid arguments)", re.M)),
     ("initcheck", re.compile(_PREFIX + r"Uninitialized __\w+__ memory read", re.M)),
-    ("memcheck", re.compile(_PREFIX + r"(Invalid __\w+__ (read|write|atomic)|Leaked \d+ bytes|Malloc/Free)",
-                            re.M)),
+    ("memcheck", re.compile(_PREFIX + r"(Invalid __\w+__ (read|write|atomic)|Leaked \d+ bytes|Malloc/Free)", re.M)),
 )
 
 # Lines that say the application (or the sanitizer around it) did not finish normally.
@@ -129,8 +127,7 @@ def detect_tool(text: str) -> str:
 
 def _app_failures(text: str) -> tuple[str, ...]:
     """Failure lines in the order printed, each once (``Program hit ...`` repeats per call)."""
-    found = sorted((m.start(), m.group(0).lstrip("= ").strip())
-                   for rx in _APP_FAILURES for m in rx.finditer(text))
+    found = sorted((m.start(), m.group(0).lstrip("= ").strip()) for rx in _APP_FAILURES for m in rx.finditer(text))
     return tuple(dict.fromkeys(line for _, line in found))
 
 
@@ -152,9 +149,7 @@ def _read_summary(text: str, tool: str) -> _Summary:
     return _Summary(len(found_errors), sum(found_errors), None, None)
 
 
-def _verdict(
-    tool: str, summary: _Summary, failures: tuple[str, ...], returncode: int, text: str
-) -> tuple[str, bool]:
+def _verdict(tool: str, summary: _Summary, failures: tuple[str, ...], returncode: int, text: str) -> tuple[str, bool]:
     """The reason and the pass/fail, most serious finding first."""
     label = tool if tool != UNKNOWN else "compute-sanitizer"
     if summary.errors:
@@ -171,7 +166,9 @@ def _verdict(
         return f"{label}: application failed although summary says 0 errors: {'; '.join(failures)}", False
     if returncode != 0:
         return f"{label}: returncode {returncode} although summary says 0 errors", False
-    warn = f", {summary.warnings} warning{'s' if summary.warnings > 1 else ''} (not failing)" if summary.warnings else ""
+    warn = (
+        f", {summary.warnings} warning{'s' if summary.warnings > 1 else ''} (not failing)" if summary.warnings else ""
+    )
     return f"{label}: 0 errors{warn}{_summaries_note(summary)}", True
 
 

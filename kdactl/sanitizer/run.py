@@ -17,10 +17,11 @@ from __future__ import annotations
 import re
 import shutil
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from kdactl.errors import KdactlError, ToolMissing
 from kdactl.proc import ProcessRunner, ProcResult, run_process
@@ -80,8 +81,8 @@ def find_sanitizer(settings: Settings) -> str:
 
 def prepare_libraries(settings: Settings) -> Prepared:
     """Build or load the kernel library and the positive-control library for this node's target."""
-    from kdactl.sanitizer.faultlib import build_faults
     from kdactl.jit.library import load_kernels
+    from kdactl.sanitizer.faultlib import build_faults
 
     kernels = load_kernels(settings)
     return Prepared(kernels.target, build_faults(settings, kernels.target))
@@ -118,7 +119,11 @@ def judge_payload(tool: str, proc: ProcResult, timeout_s: float) -> tuple[str, s
     if proc.start_error:
         return "error", f"{tool}: cannot run the payload: {proc.start_error}", detail
     if proc.timed_out:
-        return "error", f"{tool}: payload killed after the {timeout_s:g} s time limit; last output: {proc.tail(300)}", detail
+        return (
+            "error",
+            f"{tool}: payload killed after the {timeout_s:g} s time limit; last output: {proc.tail(300)}",
+            detail,
+        )
     res = parse_output(proc.output, _rc(proc), tool=tool)
     sentinel, failed = SENTINEL.search(proc.output), PAYLOAD_FAIL.search(proc.output)
     detail.update(errors=res.errors, reason=res.reason, sentinel=bool(sentinel))
@@ -131,7 +136,11 @@ def judge_payload(tool: str, proc: ProcResult, timeout_s: float) -> tuple[str, s
     if res.passed and sentinel:
         return "pass", f"{res.reason}; routes={sentinel.group(1)} kernels={sentinel.group(2)}", detail
     if res.passed:
-        return "error", f"{tool}: 0 errors but the payload's sentinel is missing: its kernels are not proven to have run", detail
+        return (
+            "error",
+            f"{tool}: 0 errors but the payload's sentinel is missing: its kernels are not proven to have run",
+            detail,
+        )
     payload_error = PAYLOAD_ERROR.search(proc.output)
     why = f"; payload: {payload_error.group(1)[:300]}" if payload_error else ""
     return "error", f"{res.reason}{why}", detail
@@ -143,7 +152,9 @@ def run_tool(tool: str, exe: str, prepared: Prepared, checks: Path, visible: str
     CUDA_VISIBLE_DEVICES=``visible``; the payload's verdict counts only if the control was caught."""
     env = sanitizer_env(visible, base_env)
     fault = CONTROL_FOR_TOOL[tool]
-    control_cmd = sanitizer_command(exe, tool, checks / "control.py", ["--lib", str(prepared.faults_lib), "--fault", fault])
+    control_cmd = sanitizer_command(
+        exe, tool, checks / "control.py", ["--lib", str(prepared.faults_lib), "--fault", fault]
+    )
     payload_cmd = sanitizer_command(exe, tool, checks / "payload.py", ["--faults-lib", str(prepared.faults_lib)])
     with ThreadPoolExecutor(max_workers=1) as pool:
         payload_run = pool.submit(runner, payload_cmd, env=env, timeout_s=timeout_s, cwd=checks)
@@ -152,7 +163,9 @@ def run_tool(tool: str, exe: str, prepared: Prepared, checks: Path, visible: str
     caught, control_detail = judge_control(tool, control)
     duration = max(control.duration_s, payload.duration_s)
     if not caught:
-        message = f"{tool}: sanitizer not trusted: it did not catch the planted {fault} fault ({control_detail['reason']})"
+        message = (
+            f"{tool}: sanitizer not trusted: it did not catch the planted {fault} fault ({control_detail['reason']})"
+        )
         return ToolRun(tool, "error", message, duration, {"control": control_detail, "payload": None})
     status, message, payload_detail = judge_payload(tool, payload, timeout_s)
     message = f"{message}; control {fault}: caught ({control_detail['errors']} errors)"
@@ -252,7 +265,9 @@ class SanitizeReport:
 
     def render(self, console: Any) -> None:
         for run in self.runs:
-            console.print(f"{run.tool:<10} {run.status.upper():<5} {run.duration_s:6.1f} s  {run.message}", markup=False)
+            console.print(
+                f"{run.tool:<10} {run.status.upper():<5} {run.duration_s:6.1f} s  {run.message}", markup=False
+            )
         name, reason = self.verdict
         console.print(f"sanitize gpu {self.gpu}: {name} ({reason})", markup=False)
 
