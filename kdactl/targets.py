@@ -72,7 +72,8 @@ def select_target(cc: Version, cuda: Version) -> str:
 
 def decide_target(cc: Version, *, override: str | None = None, aot: str | None = None, toolkit: Version | None = None,
                   driver_cuda: Version | None = None) -> tuple[str | None, str]:  # fmt: skip
-    """The one target resolver: (target, how it was chosen) or (None, why there is none). Pure.
+    """The policy's decision: (target, how it was chosen) or (None, why there is none). Pure; its one
+    caller is kdactl.jit.resolver.TargetResolver, which gathers these inputs.
 
     KDACTL_CUDA_ARCH (``override``), else the AOT bundle's entry for this device (``aot``: it is
     what the loader would load), else the SPEC policy with the nvcc's CUDA (``toolkit``), else with
@@ -94,13 +95,6 @@ def decide_target(cc: Version, *, override: str | None = None, aot: str | None =
         return select_target(cc, cuda), f"cc {cc[0]}.{cc[1]} with {basis}"
     except UnsupportedTarget as err:
         return None, str(err)
-
-
-def resolve_target(cc: Version, cuda: Version, override: str | None = None) -> str:
-    """select_target, unless KDACTL_CUDA_ARCH (``override``) names a target."""
-    if override:
-        return get_target(override).name
-    return select_target(cc, cuda)
 
 
 def get_target(name: str) -> Target:

@@ -3,7 +3,8 @@
 import pytest
 
 from kdactl.errors import UnsupportedTarget, UsageError
-from kdactl.targets import TARGETS, get_target, parse_target_list, resolve_target, select_target, target_runs_on
+from kdactl.jit.resolver import TargetResolver
+from kdactl.targets import TARGETS, get_target, parse_target_list, select_target, target_runs_on
 
 # (cc, cuda) -> target, one case per SPEC row and its edges.
 SUPPORTED = [
@@ -45,15 +46,19 @@ def test_unsupported_is_inconclusive_exit_3():
     assert info.value.exit_code == 3
 
 
+def _require(cc, cuda, override):
+    return TargetResolver(override).require(lambda: cc, lambda: cuda)
+
+
 def test_override_wins_even_where_the_policy_has_no_target():
-    assert resolve_target((9, 0), (13, 0), "sm_100f") == "sm_100f"
-    assert resolve_target((7, 5), (11, 0), "sm_80") == "sm_80"
-    assert resolve_target((9, 0), (13, 0), None) == "sm_90a"
+    assert _require((9, 0), (13, 0), "sm_100f") == "sm_100f"
+    assert _require((7, 5), (11, 0), "sm_80") == "sm_80"
+    assert _require((9, 0), (13, 0), None) == "sm_90a"
 
 
 def test_unknown_override_is_usage_error():
     with pytest.raises(UsageError, match="unknown kernel target 'sm_91'"):
-        resolve_target((9, 0), (13, 0), "sm_91")
+        _require((9, 0), (13, 0), "sm_91")
 
 
 def test_each_target_has_exactly_one_gencode_and_its_define():
