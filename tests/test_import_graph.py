@@ -158,11 +158,13 @@ def cycles(edges: set[Edge]) -> list[list[str]]:
 
 
 def layer_of(module: str) -> int | None:
-    """Index in LAYERS of the longest prefix that names the module or a package above it."""
+    """Index in LAYERS of the longest prefix that names the module or a package above it (the root
+    package names only itself, so that a new module must be given a layer)."""
     best: tuple[int, int] | None = None  # (prefix length, layer)
     for i, (_, prefixes) in enumerate(LAYERS):
         for p in prefixes:
-            if (module == p or module.startswith(p + ".")) and (best is None or len(p) > best[0]):
+            inside = module.startswith(p + ".") and p != PACKAGE.name
+            if (module == p or inside) and (best is None or len(p) > best[0]):
                 best = (len(p), i)
     return None if best is None else best[1]
 
@@ -228,6 +230,10 @@ def test_the_graph_reader_sees_function_level_relative_and_from_imports(tmp_path
     assert upward({("kdactl.errors", "kdactl.cli"), ("kdactl.cli", "kdactl.errors")}) == [
         "kdactl.errors (base) -> kdactl.cli (commands)"
     ]
+
+
+def test_a_module_outside_every_layer_is_unplaced():
+    assert layer_of("kdactl.new_module") is None and layer_of("kdactl.jit.new_module") == 4
 
 
 def test_pending_patterns():
