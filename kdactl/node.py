@@ -39,7 +39,7 @@ def gather_node(settings: Settings, providers: Providers | None = None) -> NodeF
     toolkit, toolkit_problem = _read_toolkit(p)
     torch = p.torch.read()
     driver, error = _read_driver(p)
-    gpus = tuple(_gpu_facts(g, driver, torch, toolkit, resolver) for g in (driver.gpus if driver else ()))
+    gpus = tuple(_gpu_facts(g, driver, torch, toolkit, resolver) for g in driver.gpus) if driver else ()
     if driver is not None and not gpus:
         error = f"no NVIDIA GPU: the driver ({driver.driver_version}) reports 0 GPUs"
     return NodeFacts(

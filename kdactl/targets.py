@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kdactl.errors import UnsupportedTarget, UsageError
@@ -57,9 +58,14 @@ RUNS_ON: dict[str, frozenset[Version]] = {
 }
 
 
+def _pair(version: Sequence[int]) -> Version:
+    """(major, minor) of a version given as any sequence (JSON gives lists; a patch level is ignored)."""
+    return int(version[0]), int(version[1])
+
+
 def select_target(cc: Version, cuda: Version) -> str:
     """The SPEC target policy. Raises UnsupportedTarget with the reason."""
-    cc, cuda = tuple(cc), tuple(cuda)
+    cc, cuda = _pair(cc), _pair(cuda)
     if cuda < (12, 0):
         raise UnsupportedTarget(f"CUDA toolkit {_v(cuda)} is older than 12.0; no target for cc {_v(cc)}")
     if cc == (9, 0):

@@ -133,7 +133,7 @@ def compare(recorded: Mapping[str, Any], now: Fingerprint) -> list[str]:
     then_art = recorded.get(field_) or {}
     for target, art in sorted(now.artifacts.items()):
         before = then_art.get(target)
-        cur = art and (art.build if field_ == "artifact_build" else art.sha256)
+        cur = None if art is None else art.build if field_ == "artifact_build" else art.sha256
         if before is None:
             out.append(
                 f"kernel library {target}: not certified (certificate covers {', '.join(sorted(then_art)) or 'no library'})"
