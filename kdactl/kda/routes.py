@@ -218,8 +218,9 @@ def _decide_route(problem: KdaProblem, device: DeviceInfo, route: str) -> RouteD
     rejected: dict[str, str] = {}
     chosen = None
     for name, why in preference(problem, device):
-        if verdicts[name] is not None:
-            rejected[name] = verdicts[name]
+        verdict = verdicts[name]
+        if verdict is not None:
+            rejected[name] = verdict
         elif chosen is None:
             chosen = name
         else:
