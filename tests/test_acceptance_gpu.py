@@ -92,7 +92,7 @@ def data_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def healthy(node, data_dir) -> Run:
-    """The full certify of the node with no fault (as gpu_visit.sh's certify section ran it)."""
+    """The full certify of the node with no fault, with every output an operator asks for."""
     from kdactl.bench.baseline import default_path
 
     if not default_path(node["sku"]).is_file():
@@ -130,8 +130,8 @@ def test_verify_refuses_a_changed_certificate(healthy, data_dir, tmp_path):
 
 @pytest.fixture(scope="session")
 def quick_fault_runs(tmp_path_factory) -> dict[str, Run]:
-    """`KDACTL_FAULT=<f> kdactl certify --quick` for every fault outside the perf stage, all at once
-    (gpu_visit.sh's faults section), each with its own data dir."""
+    """`KDACTL_FAULT=<f> kdactl certify --quick` for the QUICK_FAULTS, all at once (one GPU takes them
+    side by side), each with its own data dir."""
 
     def one(fault: str) -> Run:
         folder = tmp_path_factory.mktemp("fault-" + fault.replace(":", "-"))
@@ -159,9 +159,9 @@ def test_quick_certify_catches_the_fault_in_its_stage(quick_fault_runs, fault):
 
 @pytest.mark.parametrize("fault", FULL_FAULTS)
 def test_full_certify_catches_the_fault_in_its_stage(node, tmp_path, fault):
-    """One at a time, as gpu_visit.sh's truth section ran busy and slow: busy (a co-tenant while perf
-    times) is inconclusive; slow (every call launched twice) must fail the perf gate, not a route
-    smoke; a wrong small_bh result fails the suite's small_bh smokes."""
+    """One at a time (the perf stage needs the GPU alone): busy (a co-tenant while perf times) is
+    inconclusive; slow (every call launched twice) must fail the perf gate, not a route smoke; a wrong
+    small_bh result fails the suite's small_bh smokes."""
     from kdactl.bench.baseline import default_path
 
     if not default_path(node["sku"]).is_file():
@@ -186,7 +186,7 @@ def marked_pids(mark: str) -> list[int]:
 
 
 def test_ctrl_c_ends_certify_as_3_and_keeps_the_old_certificate(healthy, node, data_dir, tmp_path):
-    """SIGINT to the kdactl process alone, once its stages run (gpu_visit.sh's interrupt section)."""
+    """SIGINT to the kdactl process alone (not its process group), once its stages run."""
     assert healthy.cert is not None
     keep = tmp_path / "keep.json"
     shutil.copy(data_dir / "cert.json", keep)
@@ -227,8 +227,8 @@ def test_ctrl_c_ends_certify_as_3_and_keeps_the_old_certificate(healthy, node, d
 
 
 def test_perf_gate_fails_a_node_slower_than_its_baseline(tmp_path):
-    """The gate's control: a baseline recorded here, then halved, must fail (gpu_visit.sh's baseline
-    section; the recorded baseline goes to a temporary file, never over fleet/baselines/)."""
+    """The gate's control: a baseline recorded here, then halved, must fail (the recorded baseline goes
+    to a temporary file, never over fleet/baselines/)."""
     env = clean_env(tmp_path)
     recorded, fast = tmp_path / "recorded.toml", tmp_path / "fast.toml"
     bench = ["bench", "--suite", "smoke", "--peers", "none", "--iters", "8"]
