@@ -11,7 +11,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from kdactl.bench.baseline import GateRow
 from kdactl.certify.command import Deps
 from kdactl.certify.fingerprint import Artifact
 from kdactl.certify.orchestrate import GpuJob, NullProgress
@@ -100,6 +99,8 @@ def fault_aware(job: GpuJob, stage: str) -> list[CheckResult]:
     if stage == "sanitize" and wants_sanitizer_fault(env):  # (the payload's own smokes under wrong-result: not modelled)
         return [CheckResult("sanitize.memcheck", "fail", "memcheck: ERROR SUMMARY: 1 error")]
     if stage == "perf" and (is_active("slow", env) or is_active("busy", env)):
+        from kdactl.bench.baseline import GateRow  # imports torch: only where a perf fault asks for it
+
         slow = 2.0 if is_active("slow", env) else 1.0
         rows = [GateRow("B1-T4096-H8", "regressed" if slow > 1 else "pass", slow, 1.0, 1.1, slow * 0.98)]
         results = perf_results(rows, 1 if slow > 1 else 0, [], "kineto")
