@@ -1,6 +1,5 @@
-// Launcher for route "chunk": checks the workspace, then launches either the prepare pass over every
-// (chunk, head) and the recurrence over every (sequence, head, value slice), or both in one fused
-// grid (kda_chunk_fused.cu), on the caller's stream.
+// Launcher for route "chunk": checks the workspace, then launches the prepare pass over every
+// (chunk, head) and the recurrence over every (sequence, head, value slice) on the caller's stream.
 #include "kda_chunk_launch.cuh"
 
 namespace {
@@ -22,7 +21,7 @@ int launch(const kdactl_kda_args& a, RecurShape rs, int sms, int optin, cudaStre
 
 uint64_t kdactl_chunk_workspace_bytes(const kdactl_kda_args& a) {
   if (head_error(a)) return 0;
-  return (a.key_dim == 64 ? blocks_bytes<64>(a) : blocks_bytes<128>(a)) + fused_sync_bytes(a);
+  return (a.key_dim == 64 ? blocks_bytes<64>(a) : blocks_bytes<128>(a));
 }
 
 extern "C" int kdactl_kda_chunk(const kdactl_kda_args* args, void* stream) {
@@ -33,7 +32,6 @@ extern "C" int kdactl_kda_chunk(const kdactl_kda_args* args, void* stream) {
   if (sms == 0) return 0;
   if (a.workspace == nullptr || a.workspace_bytes < kdactl_chunk_workspace_bytes(a)) return KDACTL_ERR_BAD_WORKSPACE;
   auto s = static_cast<cudaStream_t>(stream);
-  if (const int walk_warps = fused_walk_warps(a)) return launch_fused(a, walk_warps, sms, optin, s);
   const RecurShape rs = pick_recur(a, sms);
   return a.key_dim == 64 ? launch<64, 64>(a, rs, sms, optin, s) : launch<128, 128>(a, rs, sms, optin, s);
 }

@@ -13,12 +13,6 @@ uint64_t blocks_bytes(const kdactl_kda_args& a) {
   return static_cast<uint64_t>(num_slots(a)) * a.heads * Block<K>::kBytes;
 }
 
-// The fused kernel's counters (FusedSync), after the blocks: next_job and started in 16 bytes, then
-// done [slot][H] and consumed [slot] (a sequence has fewer chunks than slots).
-inline uint64_t fused_sync_bytes(const kdactl_kda_args& a) {
-  return (16 + 4 * static_cast<uint64_t>(num_slots(a)) * (a.heads + 1) + 15) / 16 * 16;
-}
-
 // 0 when the chunked kernels are built for these head dims (K == V in {64, 128}), else the code
 // naming the one that is not.
 inline int head_error(const kdactl_kda_args& a) {
@@ -84,11 +78,6 @@ int launch_pass(const kdactl_kda_args& a, const Segments& sg, int64_t units, Rec
     default: return launch_stages<K, V, 4, PASS>(a, sg, units, rs, smem_optin, stream);
   }
 }
-
-// kda_chunk_fused.cu: the fused grid with walks of `walk_warps` (4, or 8 for K = 128);
-// KDACTL_ERR_UNSUPPORTED where the device's shared memory per block is too small for it. The
-// workspace holds fused_sync_bytes past the blocks.
-int launch_fused(const kdactl_kda_args& a, int walk_warps, int sms, int optin, cudaStream_t stream);
 
 }  // namespace chunk
 }  // namespace kdactl

@@ -16,10 +16,6 @@ extern "C" {
 #define KDACTL_CHUNK 16                // tokens per chunk of the chunked routes
 #define KDACTL_TUNING_AUTO 0           // tuning code: the launcher picks the kernel variant
 #define KDACTL_TUNING_STAGES 10        // chunked routes' tuning codes: KDACTL_TUNING_STAGES * stages + warps
-#define KDACTL_TUNING_FUSED 100        // route chunk: + KDACTL_TUNING_FUSED * (1: its two kernels, 2: its fused grid,
-                                       //   whose walks take 8 warps where the warps digit is 8, else 4)
-#define KDACTL_TUNING_AHEAD 1000       // its fused grid: + KDACTL_TUNING_AHEAD * chunks its producers may run ahead
-#define KDACTL_TUNING_PRODUCERS 1000000  // and + KDACTL_TUNING_PRODUCERS * producer warps beside each walk
 #define KDACTL_SMALL_BH_CTAS_PER_SM 2  // small_bh's recurrence CTAs one SM holds: its plan fills one wave
 
 // The route table, X(id, name), ids 0, 1, ... in order; kdactl.kda.routes.ROUTE_TABLE lists the same

@@ -138,9 +138,6 @@ while True: a=(a@a).clamp_(-1,1)" > $S/cotenant.log 2>&1 & ct=$!
       time timeout ${TESTS_TIMEOUT:-320} python3 -m pytest -q -m gpu $files -p no:cacheprovider --durations=5 \
         --junitxml=$OUT/kernels.xml -o junit_logging=system-out 2>&1 | grep -vE "^(tests|\s)" | tail -25
       python3 scripts/error_ratios.py $OUT/kernels.xml 2>/dev/null | tail -2 ;;
-    fused-ab)  # issue 17: the chunk route's fused grid against its two kernels and the launcher's pick
-      wait_warm
-      time timeout ${AB_TIMEOUT:-240} python3 scripts/tune_chunk.py --shapes ${SHAPES:-ab} --tunings ${FTUNINGS:-${TUNINGS:-0,100,200}} ;;
     patch-ab)  # this tree's kernels against the same tree with $PATCH applied, built beside it, arms new/patched x2
       wait_warm
       rm -rf /tmp/old && mkdir /tmp/old && cp -r kdactl csrc checks fleet scripts pyproject.toml /tmp/old/
@@ -151,12 +148,11 @@ while True: a=(a@a).clamp_(-1,1)" > $S/cotenant.log 2>&1 & ct=$!
         [ $arm = new ] && run=() || run=(old)
         [ $arm = new ] && dir=. || dir=/tmp/old
         echo "-- $arm"; "${run[@]}" timeout 100 python3 $dir/scripts/tune_chunk.py --shapes ${SHAPES:-serving} \
-          --tunings ${TUNINGS:-100,200} --iters 10
+          --tunings ${TUNINGS:-0} --iters 10
       done ;;
-    kernels-chunk)  # issue 17: per-kernel times of both chunk paths on the fixed-length serving shapes
-      for t in ${KTUNINGS:-100 200}; do timeout 100 python3 scripts/kernel_times.py chunk:$t 1,8192,64 1,8192,96 2,16384,64 8,4096,12 2>&1 \
+    kernels-chunk)  # per-kernel times of route chunk on the fixed-length serving shapes
+      for t in ${KTUNINGS:-0}; do timeout 100 python3 scripts/kernel_times.py chunk:$t 1,8192,64 1,8192,96 2,16384,64 8,4096,12 2>&1 \
         | grep -E "==|kda_chunk|Self CUDA time total"; done ;;
-    checks-fused) time timeout 120 python3 -m pytest -q checks/test_routes.py -k fused_grid -p no:cacheprovider -rs 2>&1 | tail -6 ;;
     chunk-tests) time timeout 200 python3 -m pytest -q -m gpu tests/test_kda_chunk_gpu.py -p no:cacheprovider --durations=8 \
         --junitxml=$OUT/chunk.xml -o junit_logging=system-out 2>&1 | grep -vE "^(tests|\s)" | tail -30 ;;
     kda-tests)  # every KDA op test against the reference, with the error ratios kept in the JUnit file

@@ -3,7 +3,7 @@ multi-kernel route spends its time.
 
     python3 scripts/kernel_times.py [--config plain|bound|softplus] [--gates test|init] ROUTE B,T,H [...]
 
-A tuning code may follow the route: chunk:100 (its two kernels), chunk:200 (its fused grid).
+A tuning code may follow the route: chunk:84 (8 stages, 4 warps).
 --config: plain is a precomputed log decay with q and k normalized; bound and softplus are the serving
 configurations (q/k l2norm, beta sigmoid and the gate in the kernel; bound with a V-first state).
 --gates: the raw gate inputs, fla's test draw (g, dt_bias ~ N(0, 1): steep decays) or a model at

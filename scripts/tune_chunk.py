@@ -1,7 +1,5 @@
-"""Time route "chunk" or "small_bh" variants (the `tuning` knob: 10 * stages + recurrence warps, plus for
-route chunk 100 * (1: its two kernels, 2: its fused grid, whose walks take 8 warps when the warps digit
-is 8), and for the fused grid 1000 * chunks its producers may run ahead and 1000000 * producers beside
-each walk; 0 = the launcher's choice) side by side on the serving and small-bh shapes, with kdactl bench's
+"""Time route "chunk" or "small_bh" variants (the `tuning` knob: 10 * stages + recurrence warps; 0 = the
+launcher's choice) side by side on the serving and small-bh shapes, with kdactl bench's
 timer (CUPTI kernel durations when cupti-python is installed) and its cold-L2 flush; median of --iters.
 Each variant is first held to the default variant's output."""
 import argparse

@@ -172,7 +172,7 @@ def test_shared_constants_are_the_ones_routing_and_validation_use():
     from kdactl.kda import routes
 
     assert routes.SHARED_CONSTANTS == {"MAX_GRID_DIM": 65535, "CHUNK": 16, "TUNING_AUTO": 0, "TUNING_STAGES": 10,
-                                       "TUNING_FUSED": 100, "TUNING_AHEAD": 1000, "TUNING_PRODUCERS": 1000000, "SMALL_BH_CTAS_PER_SM": 2}  # fmt: skip
+                                       "SMALL_BH_CTAS_PER_SM": 2}  # fmt: skip
     assert validation.MAX_GRID_DIM is routes.MAX_GRID_DIM
 
 
