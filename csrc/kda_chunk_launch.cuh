@@ -44,39 +44,19 @@ int launch_prepare(const kdactl_kda_args& a, cudaStream_t stream) {
   return rc;
 }
 
-// The recurrence over `units` (sequences, or segment slots) per head.
+// The recurrence over `units` (sequences, or segment slots) per head, where the device's shared
+// memory per block holds its ring: 227 KB on sm_90 and sm_100, 163 KB on sm_80, 99 KB on sm_86/89/120.
 template <int K, int V, int WARPS, int STAGES, Pass PASS>
-int launch_recur(const kdactl_kda_args& a, const Segments& sg, int64_t units, cudaStream_t stream) {
-  if (V % (16 * WARPS) != 0) return KDACTL_ERR_BAD_TUNING;  // only a tuning code asks for that many warps
+int launch_recur(const kdactl_kda_args& a, const Segments& sg, int64_t units, int smem_optin, cudaStream_t stream) {
+  static_assert(V % (16 * WARPS) == 0, "16 value columns a warp");
   if (units > KDACTL_MAX_GRID_DIM) return KDACTL_ERR_UNSUPPORTED;
   auto kernel = kda_chunk_recur<K, V, WARPS, STAGES, PASS>;
   const size_t smem = recur_smem<K, WARPS, STAGES>();
+  if (smem > static_cast<size_t>(smem_optin)) return KDACTL_ERR_UNSUPPORTED;
   if (int rc = set_smem(kernel, smem)) return rc;
   const dim3 grid(V / (16 * WARPS), a.heads, static_cast<unsigned>(units));
   kernel<<<grid, WARPS * 32, smem, stream>>>(a, static_cast<const unsigned char*>(a.workspace), sg);
   return kdactl_launch_status();
-}
-
-// The deep ring where the device's shared memory per block allows it (227 KB on sm_90 and sm_100,
-// 163 KB on sm_80, 99 KB on sm_86/89/120), else the 4-stage one.
-template <int K, int V, int WARPS, Pass PASS>
-int launch_stages(const kdactl_kda_args& a, const Segments& sg, int64_t units, RecurShape rs, int smem_optin,
-                  cudaStream_t stream) {
-  if (rs.stages == 8 && recur_smem<K, WARPS, 8>() <= static_cast<size_t>(smem_optin))
-    return launch_recur<K, V, WARPS, 8, PASS>(a, sg, units, stream);
-  if (recur_smem<K, WARPS, 4>() > static_cast<size_t>(smem_optin)) return KDACTL_ERR_UNSUPPORTED;
-  return launch_recur<K, V, WARPS, 4, PASS>(a, sg, units, stream);
-}
-
-template <int K, int V, Pass PASS>
-int launch_pass(const kdactl_kda_args& a, const Segments& sg, int64_t units, RecurShape rs, int smem_optin,
-                cudaStream_t stream) {
-  switch (rs.warps) {
-    case 1: return launch_stages<K, V, 1, PASS>(a, sg, units, rs, smem_optin, stream);
-    case 2: return launch_stages<K, V, 2, PASS>(a, sg, units, rs, smem_optin, stream);
-    case 8: return launch_stages<K, V, 8, PASS>(a, sg, units, rs, smem_optin, stream);
-    default: return launch_stages<K, V, 4, PASS>(a, sg, units, rs, smem_optin, stream);
-  }
 }
 
 }  // namespace chunk

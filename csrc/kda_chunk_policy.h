@@ -1,5 +1,5 @@
-// Route "chunk"'s launch policy: which kernels run, and how wide, from the problem's sizes, the
-// tuning code and the SM count alone. Plain C++ (no CUDA), so that tests compile it on the CPU
+// The chunked routes' launch policy: how wide the recurrence runs, from the problem's sizes, the
+// tuning fields and the SM count alone. Plain C++ (no CUDA), so that tests compile it on the CPU
 // (tests/test_chunk_policy.py); the launchers (kda_chunk.cu, kda_small_bh.cu) call it.
 #pragma once
 #include "kdactl_api.h"
@@ -12,13 +12,18 @@ struct RecurShape {
   int stages;  // chunks in flight: the recurrence is bound by the latency of its loads
 };
 
-// tuning (benchmarks): KDACTL_TUNING_STAGES * stages + warps, e.g. 84; or warps alone;
-// KDACTL_TUNING_AUTO keeps `rs`.
-inline RecurShape tuned(RecurShape rs, int tuning) {
-  const int tw = tuning % KDACTL_TUNING_STAGES, ts = tuning / KDACTL_TUNING_STAGES;
-  if (tw == 1 || tw == 2 || tw == 4 || tw == 8) rs.warps = tw;
-  if (ts == 4 || ts == 8) rs.stages = ts;
+// `rs` with the fields a benchmark forces (kdactl_kda_args.tuning_warps, tuning_stages; 0 keeps rs's).
+inline RecurShape tuned(RecurShape rs, const kdactl_kda_args& a) {
+  if (a.tuning_warps != 0) rs.warps = a.tuning_warps;
+  if (a.tuning_stages != 0) rs.stages = a.tuning_stages;
   return rs;
+}
+
+// The recurrence shapes route chunk builds for value dim V: those pick_recur takes, and no other.
+// 8-warp CTAs span all 128 values of a head and share their SM, so they take the 4-stage ring only.
+inline bool chunk_builds(RecurShape rs, int V) {
+  if (rs.stages != 4 && rs.stages != 8) return false;
+  return rs.warps == 2 || rs.warps == 4 || (rs.warps == 8 && rs.stages == 4 && V == 128);
 }
 
 // Recurrence CTAs (walks) at `warps` per CTA: one per sequence, head and slice of 16 * warps values.
@@ -38,8 +43,8 @@ inline RecurShape pick_recur(const kdactl_kda_args& a, int sm_count) {
   const int V = a.value_dim;
   const int64_t units4 = recur_units(a, V, 4);
   const bool one_walk_a_head = units4 > sm_count && V % 128 == 0 && recur_units(a, V, 8) <= sm_count;
-  const int warps = tuned({one_walk_a_head ? 8 : 2 * units4 >= sm_count ? 4 : 2, 4}, a.tuning).warps;
-  return tuned({warps, warps < 8 && recur_units(a, V, warps) <= sm_count ? 8 : 4}, a.tuning);
+  const int warps = tuned({one_walk_a_head ? 8 : 2 * units4 >= sm_count ? 4 : 2, 4}, a).warps;
+  return tuned({warps, warps < 8 && recur_units(a, V, warps) <= sm_count ? 8 : 4}, a);
 }
 
 }  // namespace chunk

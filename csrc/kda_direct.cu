@@ -11,7 +11,6 @@ constexpr int kWarps = 4;
 // Columns per warp: fewer columns mean a shorter chain per token, more warps mean more instruction
 // slots competing. Take the fewest columns that still leave at most one warp per SM sub-partition.
 int pick_columns(const kdactl_kda_args& a, int sm_count) {
-  if (a.tuning == 2 || a.tuning == 4 || a.tuning == 8) return a.tuning;
   const int64_t columns = a.batch * a.heads * static_cast<int64_t>(a.value_dim);
   for (int cols : {2, 4}) {
     if (columns / cols <= 4LL * sm_count) return cols;
@@ -22,7 +21,7 @@ int pick_columns(const kdactl_kda_args& a, int sm_count) {
 template <int K, int kCols>
 int launch_cols(const kdactl_kda_args& a, cudaStream_t stream) {
   const int cta_cols = kWarps * kCols;
-  if (a.value_dim % cta_cols != 0) return a.tuning == kCols ? KDACTL_ERR_BAD_TUNING : KDACTL_ERR_BAD_VALUE_DIM;
+  if (a.value_dim % cta_cols != 0) return KDACTL_ERR_BAD_VALUE_DIM;
   const dim3 grid(a.value_dim / cta_cols, a.heads, static_cast<unsigned>(a.batch));
   kdactl::with_types(a, [&](auto g_type, auto in_type) {
     kda_direct_kernel<K, kCols, decltype(g_type), decltype(in_type)><<<grid, kWarps * 32, 0, stream>>>(a);
@@ -48,6 +47,7 @@ extern "C" int kdactl_kda_direct(const kdactl_kda_args* args, void* stream) {
   if (int rc = kdactl_launch_prologue(args, &sms)) return rc;
   const kdactl_kda_args& a = *args;
   if (a.value_dim > 128 || a.value_dim % 16 != 0) return KDACTL_ERR_BAD_VALUE_DIM;
+  if (a.tuning_warps != 0 || a.tuning_stages != 0) return KDACTL_ERR_BAD_TUNING;  // the chunked routes' only
   if (sms == 0) return 0;
   const int cols = pick_columns(a, sms);
   auto s = static_cast<cudaStream_t>(stream);

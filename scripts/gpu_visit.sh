@@ -148,10 +148,10 @@ while True: a=(a@a).clamp_(-1,1)" > $S/cotenant.log 2>&1 & ct=$!
         [ $arm = new ] && run=() || run=(old)
         [ $arm = new ] && dir=. || dir=/tmp/old
         echo "-- $arm"; "${run[@]}" timeout 100 python3 $dir/scripts/tune_chunk.py --shapes ${SHAPES:-serving} \
-          --tunings ${TUNINGS:-0} --iters 10
+          --tunings ${TUNINGS:-auto} --iters 10
       done ;;
     kernels-chunk)  # per-kernel times of route chunk on the fixed-length serving shapes
-      for t in ${KTUNINGS:-0}; do timeout 100 python3 scripts/kernel_times.py chunk:$t 1,8192,64 1,8192,96 2,16384,64 8,4096,12 2>&1 \
+      for t in ${KTUNINGS:-auto}; do timeout 100 python3 scripts/kernel_times.py chunk:$t 1,8192,64 1,8192,96 2,16384,64 8,4096,12 2>&1 \
         | grep -E "==|kda_chunk|Self CUDA time total"; done ;;
     chunk-tests) time timeout 200 python3 -m pytest -q -m gpu tests/test_kda_chunk_gpu.py -p no:cacheprovider --durations=8 \
         --junitxml=$OUT/chunk.xml -o junit_logging=system-out 2>&1 | grep -vE "^(tests|\s)" | tail -30 ;;
@@ -193,7 +193,6 @@ for _ in range(3): prefill(**x, route='chunk')" > $S/ncu.log 2>&1; echo "ncu rc=
     sbh-tests) time timeout 300 python3 -m pytest -q -m gpu tests/test_kda_small_bh_gpu.py tests/test_kda_chunk_gpu.py \
         -p no:cacheprovider --durations=6 --junitxml=$OUT/sbh.xml -o junit_logging=system-out 2>&1 | grep -vE "^(tests|\s)" | tail -30
       python3 scripts/error_ratios.py $OUT/sbh.xml | grep -E "small_bh|^max" ;;
-    tune-sbh) time timeout 150 python3 scripts/tune_chunk.py --route small_bh --shapes small-bh --tunings ${STUNINGS:-0,41,44,82} --iters 5 ;;
     kernels-sbh) timeout 100 python3 scripts/kernel_times.py small_bh 1,65536,8 1,131072,1 1,1048576,1 2>&1 | grep -E "==|kda|Self CUDA time total" ;;
     boundary-sbh) time timeout 120 kdactl bench --shape 1,8192,16 --shape 1,8192,21 --shape 1,8192,24 --shape 1,8192,32 --shape 1,4096,8 --shape 1,2048,2 \
         --shape 1,1024,1 --shape 2,8192,8 --routes chunk,small_bh --peers none --iters 10 --warmup 2 \

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kdactl.kda import KdaWorkspace, prefill
-from kdactl.kda.routes import TUNING_AUTO
+from kdactl.kda.tuning import AUTO, Tuning
 from kdactl.reference import error_ratio
 from kdactl.smoke import replay_equals_eager
 from tests.kda_inputs import cu_seqlens_of, make_inputs
@@ -15,10 +15,10 @@ from tests.test_kda_gpu import TOL, _check
 pytestmark = pytest.mark.gpu
 
 
-WARPS_8 = 8  # the recurrence in walks of 8 warps (all 128 values of a head), wherever auto would not
+WARPS_8 = Tuning(warps=8)  # the recurrence in walks of 8 warps (all 128 values of a head), wherever auto would not
 
 
-@pytest.fixture(params=[TUNING_AUTO, WARPS_8], ids=["auto", "warps-8"])
+@pytest.fixture(params=[AUTO, WARPS_8], ids=["auto", "warps-8"])
 def path(request):
     """Route chunk's recurrence as the launcher picks it, and forced to 8-warp walks."""
     return request.param
@@ -48,7 +48,7 @@ def test_chunk_fixed_B1(H, T, with_state, path):
 def test_chunk_batched(B, T, H, D, gdt, bdt, path):
     x, s0 = make_inputs(B, T, H, K=D, V=D, device="cuda", g_dtype=gdt, beta_dtype=bdt, state_n=B, seed=B + T)
     if path == WARPS_8 and D == 64:  # 8 warps of 16 values each: wider than V
-        with pytest.raises(ValueError, match="tuning asks for a kernel variant wider than value_dim"):
+        with pytest.raises(ValueError, match="tuning_warps and tuning_stages name no kernel this route builds"):
             prefill(**x, initial_state=s0, output_final_state=True, route="chunk", tuning=path)
         return
     _check(x, s0, route="chunk", scale=0.1, tuning=path)

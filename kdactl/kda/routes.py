@@ -27,8 +27,6 @@ if TYPE_CHECKING:
 # Facts the kernel library is built with, each KDACTL_<name> in csrc/kdactl_api.h.
 MAX_GRID_DIM = 65535  # heads, sequences and segment slots each map to one grid dimension (y or z)
 CHUNK = 16  # tokens per chunk of the chunked kernels
-TUNING_AUTO = 0  # the tuning code that leaves the kernel variant to the launcher
-TUNING_STAGES = 10  # the chunked routes' tuning codes: TUNING_STAGES * pipeline stages + warps, e.g. 84
 
 
 @dataclass(frozen=True)
@@ -140,8 +138,7 @@ ROUTE_TABLE: tuple[Route, ...] = (
 ROUTES: tuple[str, ...] = tuple(r.name for r in ROUTE_TABLE)
 ROUTE_IDS: dict[str, int] = {r.name: r.id for r in ROUTE_TABLE}
 SHARED_CONSTANTS: dict[str, int] = {
-    "MAX_GRID_DIM": MAX_GRID_DIM, "CHUNK": CHUNK, "TUNING_AUTO": TUNING_AUTO, "TUNING_STAGES": TUNING_STAGES,
-    "SMALL_BH_CTAS_PER_SM": SMALL_BH_CTAS_PER_SM,
+    "MAX_GRID_DIM": MAX_GRID_DIM, "CHUNK": CHUNK, "SMALL_BH_CTAS_PER_SM": SMALL_BH_CTAS_PER_SM,
 }  # fmt: skip
 
 # The chunked route takes sequences that average at least one chunk. Measured on the H200
