@@ -264,17 +264,21 @@ struct Gate {
   };
 };
 
-// Host: calls f(g element, q/k/v element) with a value of each type the arguments name, so that a
-// launcher instantiates its kernel for exactly the types of this call.
+// Host: calls f(g element) with a value of the type the arguments name for g, so that a launcher
+// instantiates its kernel for exactly the types of this call.
+template <typename F>
+inline void with_g_type(const kdactl_kda_args& a, F&& f) {
+  if (a.g_dtype == KDACTL_DTYPE_BF16) f(__nv_bfloat16{});
+  else if (a.g_dtype == KDACTL_DTYPE_FP16) f(__half{});
+  else f(0.f);
+}
+// Host: the same for (g element, q/k/v element).
 template <typename F>
 inline void with_types(const kdactl_kda_args& a, F&& f) {
-  auto with_in = [&](auto g) {
+  with_g_type(a, [&](auto g) {
     if (a.qkv_fp16) f(g, __half{});
     else f(g, __nv_bfloat16{});
-  };
-  if (a.g_dtype == KDACTL_DTYPE_BF16) with_in(__nv_bfloat16{});
-  else if (a.g_dtype == KDACTL_DTYPE_FP16) with_in(__half{});
-  else with_in(0.f);
+  });
 }
 
 constexpr float kL2NormEps = 1e-6f;  // fla's l2norm: x / sqrt(|x|^2 + eps)

@@ -23,7 +23,7 @@ int launch_ring(const kdactl_kda_args& a, const Segments& sg, int stages, int op
 template <int K, int V>
 int launch(const kdactl_kda_args& a, RecurShape rs, int sms, int optin, cudaStream_t stream) {
   if (!chunk_builds(rs, V)) return KDACTL_ERR_BAD_TUNING;
-  if (int rc = launch_prepare<K>(a, stream)) return rc;
+  if (int rc = launch_prepare(a, stream)) return rc;
   Segments whole;
   whole.longest_first = a.cu_seqlens != nullptr && recur_units(a, V, rs.warps) > sms;
   switch (rs.warps) {
@@ -36,6 +36,11 @@ int launch(const kdactl_kda_args& a, RecurShape rs, int sms, int optin, cudaStre
 }
 
 }  // namespace
+
+int kdactl::chunk::launch_prepare(const kdactl_kda_args& a, cudaStream_t stream) {
+  if (a.key_dim == 64) return a.qkv_fp16 ? launch_prepare_as<64, __half>(a, stream) : launch_prepare_as<64, bf16>(a, stream);
+  return a.qkv_fp16 ? launch_prepare_as<128, __half>(a, stream) : launch_prepare_as<128, bf16>(a, stream);
+}
 
 uint64_t kdactl_chunk_workspace_bytes(const kdactl_kda_args& a) {
   if (head_error(a)) return 0;

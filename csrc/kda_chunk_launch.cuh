@@ -25,24 +25,15 @@ int set_smem(Kernel kernel, size_t bytes) {
   return kdactl_set_smem_once(reinterpret_cast<const void*>(kernel), static_cast<int>(bytes));
 }
 
-template <int K>
-int launch_prepare(const kdactl_kda_args& a, cudaStream_t stream) {
-  const int64_t slots = num_slots(a);
-  if (slots > 0x7fffffff) return KDACTL_ERR_UNSUPPORTED;
-  int rc = 0;
-  with_types(a, [&](auto g_type, auto in_type) {
-    using GT = decltype(g_type);
-    using In = decltype(in_type);
-    auto prepare = kda_chunk_prepare<K, GT, In>;
-    const size_t smem = sizeof(PrepSmem<K, GT, In>);
-    rc = set_smem(prepare, smem);
-    if (rc == 0) {
-      prepare<<<dim3(static_cast<unsigned>(slots), a.heads), 32, smem, stream>>>(a, static_cast<unsigned char*>(a.workspace));
-      rc = kdactl_launch_status();
-    }
-  });
-  return rc;
-}
+// The prepare pass over every (chunk slot, head), for K and q/k's element type In (bf16 or fp16):
+// each of the four is compiled in a translation unit of its own (kda_chunk_prepare_*.cu), apart
+// from the recurrences, so that no one file dominates the build.
+template <int K, typename In>
+int launch_prepare_as(const kdactl_kda_args& a, cudaStream_t stream);
+
+// The one of the four for these arguments (defined in kda_chunk.cu: a prepare file that saw the call
+// of all four would compile all four).
+int launch_prepare(const kdactl_kda_args& a, cudaStream_t stream);
 
 // The recurrence over `units` (sequences, or segment slots) per head, where the device's shared
 // memory per block holds its ring: 227 KB on sm_90 and sm_100, 163 KB on sm_80, 99 KB on sm_86/89/120.

@@ -136,7 +136,7 @@ int launch(const kdactl_kda_args& a, int optin, cudaStream_t stream) {
   const RecurShape rs = tuned(kPlanned, a);
   if (rs.warps != kPlanned.warps || rs.stages != kPlanned.stages) return KDACTL_ERR_BAD_TUNING;  // the one built
   constexpr int W = kPlanned.warps, S = kPlanned.stages;
-  if (int rc = launch_prepare<K>(a, stream)) return rc;
+  if (int rc = launch_prepare(a, stream)) return rc;
   if (int rc = launch_recur<K, V, W, S, Pass::kReduce>(a, sg, 2 * a.batch * sg.count, optin, stream)) return rc;
   if (int rc = launch_stitch<K, V>(a, sg, optin, stream)) return rc;
   return launch_recur<K, V, W, S, Pass::kReplay>(a, sg, a.batch * sg.count, optin, stream);
