@@ -19,8 +19,9 @@ inline RecurShape tuned(RecurShape rs, const kdactl_kda_args& a) {
   return rs;
 }
 
-// The recurrence shapes route chunk builds for value dim V: those pick_recur takes, and no other.
-// 8-warp CTAs span all 128 values of a head and share their SM, so they take the 4-stage ring only.
+// The recurrence shapes route chunk builds for value dim V: those pick_recur takes (8-warp CTAs, all
+// 128 values of a head, only with 4 stages) and the 4-stage ring its 8-stage picks fall back to where
+// a part's shared memory per block does not hold 8 (kda_chunk.cu). small_bh builds its planned shape.
 inline bool chunk_builds(RecurShape rs, int V) {
   if (rs.stages != 4 && rs.stages != 8) return false;
   return rs.warps == 2 || rs.warps == 4 || (rs.warps == 8 && rs.stages == 4 && V == 128);

@@ -118,8 +118,8 @@ typedef struct {
   int32_t g_dtype;              // KDACTL_DTYPE_* of g
   int32_t beta_dtype;           // KDACTL_DTYPE_* of beta
   int32_t cu_seqlens_is_int32;  // 0: int64 cu_seqlens, 1: int32
-  int32_t tuning_warps;         // benchmarks: the chunked routes' recurrence warps a CTA (2, 4, 8); 0: the launcher's
-  int32_t tuning_stages;        // benchmarks: and its chunks in flight (4, 8); 0: the launcher's
+  int32_t tuning_warps;         // forced by benchmarks (0: the launcher's choice): the chunked routes' recurrence
+  int32_t tuning_stages;        //   warps a CTA (2, 4, 8) and chunks in flight (4, 8); chunk_builds names the shapes
   float scale;
   void* workspace;              // route scratch memory (kdactl_kda_workspace_bytes); may be NULL when 0
   uint64_t workspace_bytes;     // its size

@@ -149,8 +149,9 @@ struct DeviceFacts {
 DeviceFacts g_device_facts[kMaxDevices];
 }  // namespace
 
-// Each launch asked the runtime for these (five calls); they do not change while the process runs.
-// Two threads may both fill an entry: with the same values, published by the release store.
+// A launch needs these facts, five runtime calls' worth, which do not change while the process runs:
+// asked once per device. Two threads may both fill an entry: with the same values, published by the
+// release store.
 int kdactl_device_facts(int* sms, int* smem_optin) {
   int dev = 0;
   KDACTL_TRY(cudaGetDevice(&dev));
