@@ -30,7 +30,7 @@ from kdactl.targets import get_target
 
 log = logging.getLogger("kdactl.jit")
 
-ABI_VERSION = 6  # KDACTL_ABI_VERSION in csrc/kdactl_api.h
+ABI_VERSION = 7  # KDACTL_ABI_VERSION in csrc/kdactl_api.h
 KDACTL_ERR_WRONG_DEVICE = 10001  # checked against the library with the constants of kdactl.kda.routes
 KDACTL_ERR_UNSUPPORTED = 10003  # a configuration the build has no kernel for on this device
 
@@ -59,7 +59,8 @@ class KdaArgs(ctypes.Structure):
         ("g_dtype", ctypes.c_int32),  # KDACTL_DTYPE_* (kdactl.kda.fused.DTYPE_*)
         ("beta_dtype", ctypes.c_int32),
         ("cu_seqlens_is_int32", ctypes.c_int32),
-        ("tuning", ctypes.c_int32),
+        ("tuning_warps", ctypes.c_int32),  # kdactl.kda.tuning.Tuning; 0: the launcher's choice
+        ("tuning_stages", ctypes.c_int32),
         ("scale", ctypes.c_float),
         ("workspace", ctypes.c_void_p),  # void*, route scratch memory
         ("workspace_bytes", ctypes.c_uint64),

@@ -27,11 +27,6 @@ if TYPE_CHECKING:
 # Facts the kernel library is built with, each KDACTL_<name> in csrc/kdactl_api.h.
 MAX_GRID_DIM = 65535  # heads, sequences and segment slots each map to one grid dimension (y or z)
 CHUNK = 16  # tokens per chunk of the chunked kernels
-TUNING_AUTO = 0  # the tuning code that leaves the kernel variant to the launcher
-TUNING_STAGES = 10  # the chunked routes' tuning codes: TUNING_STAGES * pipeline stages + warps, e.g. 84
-TUNING_FUSED = 100  # route chunk's: + TUNING_FUSED * (1: its two kernels, 2: its fused grid; + 8: 8-warp walks)
-TUNING_AHEAD = 1000  # its fused grid's: + TUNING_AHEAD * chunks its producers may run ahead of the walks
-TUNING_PRODUCERS = 1_000_000  # and + TUNING_PRODUCERS * producer warps beside each walk
 
 
 @dataclass(frozen=True)
@@ -143,11 +138,7 @@ ROUTE_TABLE: tuple[Route, ...] = (
 ROUTES: tuple[str, ...] = tuple(r.name for r in ROUTE_TABLE)
 ROUTE_IDS: dict[str, int] = {r.name: r.id for r in ROUTE_TABLE}
 SHARED_CONSTANTS: dict[str, int] = {
-    "MAX_GRID_DIM": MAX_GRID_DIM, "CHUNK": CHUNK, "TUNING_AUTO": TUNING_AUTO, "TUNING_STAGES": TUNING_STAGES,
-    "TUNING_FUSED": TUNING_FUSED,
-    "TUNING_AHEAD": TUNING_AHEAD,
-    "TUNING_PRODUCERS": TUNING_PRODUCERS,
-    "SMALL_BH_CTAS_PER_SM": SMALL_BH_CTAS_PER_SM,
+    "MAX_GRID_DIM": MAX_GRID_DIM, "CHUNK": CHUNK, "SMALL_BH_CTAS_PER_SM": SMALL_BH_CTAS_PER_SM,
 }  # fmt: skip
 
 # The chunked route takes sequences that average at least one chunk. Measured on the H200
