@@ -229,7 +229,7 @@ int launch_stitch(const kdactl_kda_args& a, const Segments& sg, int optin, cudaS
 // of these CTAs share an SM (at K = 128, 77 KB of shared memory each plus the 1 KB the hardware
 // reserves per CTA, in the 228 KB of an sm_90 / sm_100 SM), and one more would not fit. 4 warps a
 // CTA, each loading the K-side factors for 64 values: with the plan cut for 2-warp CTAs, 4 warps
-// already took B1 T65536 H8 1.294 ms against 1.414 and B1 T1048576 H1 2.887 against 3.063 (csrc/PERF.md).
+// already took B1 T65536 H8 1.294 ms against 1.414 and B1 T1048576 H1 2.887 against 3.063 (docs/routes/small_bh.md).
 constexpr RecurShape kPlanned = {4, 4};
 constexpr size_t kPlannedCtaBytes = recur_smem<128, kPlanned.warps, kPlanned.stages>() + 1024;
 static_assert(KDACTL_SMALL_BH_CTAS_PER_SM * kPlannedCtaBytes <= 228 * 1024 &&
@@ -242,8 +242,10 @@ int launch(const kdactl_kda_args& a, int optin, cudaStream_t stream) {
   const Segments sg = segments_of<K, V>(a);
   const int64_t units = unit_count(a);
   if (2 * units > KDACTL_MAX_GRID_DIM) return KDACTL_ERR_BAD_SEGMENT_CHUNKS;  // the reduction's grid z
-  const RecurShape rs = tuned(kPlanned, a.tuning);
-  if (int rc = launch_prepare<K>(a, stream)) return rc;
+  const RecurShape rs = tuned(kPlanned, a);
+  if (rs.warps != kPlanned.warps || rs.stages != kPlanned.stages) return KDACTL_ERR_BAD_TUNING;  // the one built
+  constexpr int W = kPlanned.warps, S = kPlanned.stages;
+  if (int rc = launch_prepare(a, stream)) return rc;
   if (sg.starts) {
     kda_small_bh_keep_starts<K, V><<<dim3(static_cast<unsigned>(a.batch), a.heads), 256, 0, stream>>>(a, sg);
     if (int rc = kdactl_launch_status()) return rc;
@@ -252,9 +254,9 @@ int launch(const kdactl_kda_args& a, int optin, cudaStream_t stream) {
     kda_small_bh_units<<<1, kTableThreads, 0, stream>>>(a, sg, units);
     if (int rc = kdactl_launch_status()) return rc;
   }
-  if (int rc = launch_pass<K, V, Pass::kReduce>(a, sg, 2 * units, rs, optin, stream)) return rc;
+  if (int rc = launch_recur<K, V, W, S, Pass::kReduce>(a, sg, 2 * units, optin, stream)) return rc;
   if (int rc = launch_stitch<K, V>(a, sg, optin, stream)) return rc;
-  return launch_pass<K, V, Pass::kReplay>(a, sg, units, rs, optin, stream);
+  return launch_recur<K, V, W, S, Pass::kReplay>(a, sg, units, optin, stream);
 }
 
 // 0 when this route has a kernel for `a`, else the code naming the argument that stops it.

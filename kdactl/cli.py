@@ -95,7 +95,7 @@ def build(
     as_json: bool = JsonOpt,
 ) -> None:
     """Build (JIT, cached) or load (AOT) the kernel library for this node, and run its self-test."""
-    from kdactl.jit.command import build_command
+    from kdactl.build_command import build_command
 
     _run(as_json, lambda s: build_command(s, targets=target, aot_dir=aot, as_json=as_json))
 

@@ -14,7 +14,7 @@ import pytest
 from kdactl.errors import EXIT_INCONCLUSIVE, BuildError, ToolMissing, UsageError
 from kdactl.hw.toolkit import Toolkit, find_toolkit
 from kdactl.jit import aot, library
-from kdactl.jit.command import compile_targets
+from kdactl.build_command import compile_targets
 from kdactl.jit.library import (EXPECTED_CONSTANTS, KdaArgs, KernelArgumentError, Kernels, KernelError, check_tables,
                                 load_kernels, open_kernels, open_library)  # fmt: skip
 from kdactl.jit.selftest import BLOCK, compare, expected_values, mix, run_selftest
@@ -224,6 +224,9 @@ def test_the_real_library_exports_the_registry_and_names_bad_arguments(tmp_path,
     with pytest.raises(KernelArgumentError, match=r"heads must be in 1\.\.65535") as err:
         kernels.check(kernels.kda_route("chunk")(ctypes.byref(KdaArgs(batch=1, heads=0)), None), "route 'chunk'")
     assert err.value.argument == "heads"
+    no_tokens = KdaArgs(batch=0, heads=2, key_dim=128, value_dim=128, tuning_warps=4)  # route direct builds no shape
+    with pytest.raises(KernelArgumentError, match="tuning_warps and tuning_stages name no kernel this route builds"):
+        kernels.check(kernels.kda_route("direct")(ctypes.byref(no_tokens), None), "route 'direct'")
     shapes = KdaArgs(batch=1, seqlen=64, heads=2, key_dim=128, value_dim=128, segment_chunks=2)
     sizes = {r.name: kernels.workspace_bytes(r.id, shapes) for r in ROUTE_TABLE}
     assert sizes["direct"] == 0 and sizes["small_bh"] > sizes["chunk"] > 0

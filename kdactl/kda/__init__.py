@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 from kdactl.kda.fla_api import chunk_kda
 from kdactl.kda.fused import Fused
-from kdactl.kda.routes import ROUTES, TUNING_AUTO, DeviceInfo, RouteDecision, decide_route, eligibility, select_route
+from kdactl.kda.routes import ROUTES, DeviceInfo, RouteDecision, decide_route, eligibility, select_route
+from kdactl.kda.tuning import AUTO, Tuning
 
 if TYPE_CHECKING:
     from kdactl.kda.problem import KdaProblem, validate
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ROUTES", "DeviceInfo", "Fused", "KdaProblem", "KdaWorkspace", "RouteDecision",
-    "chunk_kda", "decide_route", "eligibility", "prefill", "select_route", "validate",
+    "Tuning", "chunk_kda", "decide_route", "eligibility", "prefill", "select_route", "validate",
 ]  # fmt: skip
 _TORCH_NAMES = {  # name -> the module that holds it and imports torch
     "KdaProblem": "kdactl.kda.problem", "validate": "kdactl.kda.problem", "KdaWorkspace": "kdactl.kda.workspace",
@@ -35,7 +36,7 @@ def __getattr__(name: str):
 
 
 def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False,
-            cu_seqlens=None, cu_seqlens_cpu=None, route="auto", workspace=None, out=None, tuning=TUNING_AUTO,
+            cu_seqlens=None, cu_seqlens_cpu=None, route="auto", workspace=None, out=None, tuning=AUTO,
             fused=None, A_log=None, dt_bias=None, state_pool=None, state_indices=None, state_v_first=False,
             checkpoint_every=None, checkpoints=None, checkpoint_dtype=None):  # fmt: skip
     """KDA prefill. Returns ``(o, final_state or None)``, and the checkpoints as a third item when
@@ -44,7 +45,7 @@ def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_st
 
     ``out`` is a preallocated o tensor, or a tuple ``(o, final_state)``; with ``workspace`` (a
     KdaWorkspace) and ``out`` the call allocates nothing, so it can be captured in a CUDA graph.
-    ``tuning`` picks a route-specific kernel variant (benchmarks only; TUNING_AUTO = the launcher's choice).
+    ``tuning`` (a kdactl.kda.Tuning) forces a kernel variant: benchmarks only (AUTO: the launcher's choice).
     ``cu_seqlens_cpu`` (a list or CPU tensor equal to cu_seqlens) lets the call check the bounds on
     the host: without it, cu_seqlens is read back from the device, which synchronizes it.
     An eager call launches directly (no torch dispatch); under torch.compile it is one custom op.
@@ -107,6 +108,9 @@ def _full_call(planned, q, k, v, g, beta, scale, initial_state, output_final_sta
     if not isinstance(fused, Fused):
         raise ValueError(f"kdactl.kda.prefill: fused must be a kdactl.kda.fused.Fused, got {type(fused).__name__}")
     validate_fused(fused, A_log, dt_bias, problem, q.device, runtime=eager)
+    if not isinstance(tuning, Tuning):
+        raise ValueError("kdactl.kda.prefill: tuning must be a kdactl.kda.Tuning (e.g. Tuning(warps=8, stages=4)), "
+                         f"got {type(tuning).__name__}")  # fmt: skip
     validate_pool(state_pool, state_indices, problem, q.device, runtime=eager)
     if state_pool is not None:
         if initial_state is not None or output_final_state or (isinstance(out, tuple) and out[1] is not None):
@@ -127,12 +131,12 @@ def _full_call(planned, q, k, v, g, beta, scale, initial_state, output_final_sta
     if not eager:  # one opaque op in the graph; it decides the route when it runs
         scratch = workspace.buffer if workspace is not None else None
         kda_prefill_(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scratch, scale, route, UNDECIDED,
-                     int(tuning), A_log, dt_bias, fused.qk_l2norm, fused.beta_mode, fused.gate_mode,
+                     tuning.warps, tuning.stages, A_log, dt_bias, fused.qk_l2norm, fused.beta_mode, fused.gate_mode,
                      float(fused.lower_bound), bool(state_v_first))  # fmt: skip
         return o, final_state
     device = device_info(q.device)
     route_id = decide_route(problem, device, route).id  # an ineligible forced route fails here
-    plan = plans.CallPlan(problem, LaunchPlan.of(problem, device, route_id, q, scale, int(tuning), fused, cu_seqlens,
+    plan = plans.CallPlan(problem, LaunchPlan.of(problem, device, route_id, q, scale, tuning, fused, cu_seqlens,
                                                  checkpoints))  # fmt: skip
     tensors = (q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, state_pool, state_indices)
     result = plans.launch(plan, tensors, o, final_state, workspace, checkpoints)

@@ -14,6 +14,7 @@ import torch
 from kdactl.kda.fused import NONE, Fused
 from kdactl.kda.problem import KdaProblem, current_stream_ptr
 from kdactl.kda.routes import ROUTE_TABLE, DeviceInfo, decide_route
+from kdactl.kda.tuning import AUTO, Tuning
 from kdactl.kda.workspace import KdaWorkspace
 
 UNDECIDED = -1  # route_id of a call traced by torch.compile: the op decides the route when it runs
@@ -48,7 +49,7 @@ class LaunchPlan:
     __slots__ = ("route_id", "kernel", "address", "template", "need", "device_index", "launches", "what")
 
     def __init__(self, p: KdaProblem, device: DeviceInfo, route_id: int, device_index: int, scale: float,
-                 tuning: int = 0, fused: Fused = NONE, cu_seqlens_int32: bool = False, checkpoint_dtype: int = 0):  # fmt: skip
+                 tuning: Tuning = AUTO, fused: Fused = NONE, cu_seqlens_int32: bool = False, checkpoint_dtype: int = 0):  # fmt: skip
         from kdactl.jit.library import KdaArgs
 
         lib = kernels()
@@ -58,7 +59,8 @@ class LaunchPlan:
             lower_bound=fused.lower_bound, batch=p.num_seqs, seqlen=p.seqlen, heads=p.heads, key_dim=p.key_dim,
             value_dim=p.value_dim, g_dtype=p.g_dtype, beta_dtype=p.beta_dtype, qkv_fp16=int(p.qkv_fp16),
             state_v_first=int(p.state_v_first), checkpoint_every=p.checkpoint_every, checkpoint_dtype=checkpoint_dtype,
-            cu_seqlens_is_int32=int(cu_seqlens_int32), tuning=tuning, scale=scale,
+            cu_seqlens_is_int32=int(cu_seqlens_int32), tuning_warps=tuning.warps, tuning_stages=tuning.stages,
+            scale=scale,
             segment_chunks=ROUTE_TABLE[route_id].segment_chunks(p, device),
         )  # fmt: skip
         if p.varlen:  # a non-NULL cu_seqlens tells the C side the layout (workspace sizes depend on it)
@@ -71,7 +73,7 @@ class LaunchPlan:
         self.what = f"KDA prefill route {ROUTE_TABLE[route_id].name!r}"
 
     @classmethod
-    def of(cls, p: KdaProblem, device: DeviceInfo, route_id: int, q, scale: float, tuning: int, fused: Fused,
+    def of(cls, p: KdaProblem, device: DeviceInfo, route_id: int, q, scale: float, tuning: Tuning, fused: Fused,
            cu_seqlens=None, checkpoints=None) -> LaunchPlan:  # fmt: skip
         """The plan for a call's tensors: q's device, cu_seqlens' and the checkpoints' element types."""
         from kdactl.kda.problem import DTYPE_CODES
@@ -137,7 +139,8 @@ def kda_prefill_(
     scale: float,
     route: str,
     route_id: int,
-    tuning: int,
+    tuning_warps: int,
+    tuning_stages: int,
     A_log: torch.Tensor | None = None,
     dt_bias: torch.Tensor | None = None,
     qk_l2norm: bool = False,
@@ -161,11 +164,11 @@ def kda_prefill_(
     if route_id == UNDECIDED:
         route_id = decide_route(problem, device, route).id
     launch(problem, device, route_id, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, scale,
-           tuning, Fused(qk_l2norm, beta_mode, gate_mode, lower_bound), A_log, dt_bias)  # fmt: skip
+           Tuning(tuning_warps, tuning_stages), Fused(qk_l2norm, beta_mode, gate_mode, lower_bound), A_log, dt_bias)  # fmt: skip
 
 
 def launch(problem: KdaProblem, device: DeviceInfo, route_id: int, q, k, v, g, beta, initial_state, cu_seqlens, o,
-           final_state, workspace, scale: float, tuning: int, fused: Fused = NONE, A_log=None,
+           final_state, workspace, scale: float, tuning: Tuning, fused: Fused = NONE, A_log=None,
            dt_bias=None, state_indices=None, checkpoints=None) -> None:  # fmt: skip
     """The launch itself, for inputs already checked and a route already decided: what an eager
     prefill calls directly (torch's custom-op dispatch costs more host time than the whole launch),
@@ -185,7 +188,7 @@ def _launches() -> int:
 
 
 @kda_prefill_.register_fake
-def _(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, scale, route, route_id, tuning,
-      A_log=None, dt_bias=None, qk_l2norm=False, beta_mode=0, gate_mode=0, lower_bound=0.0,
+def _(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, scale, route, route_id, tuning_warps,
+      tuning_stages, A_log=None, dt_bias=None, qk_l2norm=False, beta_mode=0, gate_mode=0, lower_bound=0.0,
       state_v_first=False) -> None:  # fmt: skip
     return None
