@@ -770,7 +770,7 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
       for (int i = 0; i < 4; ++i) u[nt][i] += u_odd[nt][i] + u_v[nt][i];
     // S^T = S^T Diag(eG) + U^T Kr. With fp16 q, k, v, Kr is fp16 and so is U where the warp's U fits
     // fp16's range (else bf16, and Kr converted): 8x finer than bf16, which the final state of an fp16
-    // call needs (U and Kr in bf16 dominate its error: scripts/chunk_precision.py --fla-gate-case).
+    // call needs (U and Kr in bf16 dominate its error: tools/chunk_precision.py --fla-gate-case).
     const uint32_t au[4] = {pack_bf16(u[0][0], u[0][1]), pack_bf16(u[0][2], u[0][3]),
                             pack_bf16(u[1][0], u[1][1]), pack_bf16(u[1][2], u[1][3])};
     float u_max = 0.f;

@@ -280,7 +280,7 @@ def test_fp16_final_state_within_flas_tolerance():
     """fla's test_fused_recurrent_gate_in_kernel[B3-T1000-H2-HV8-D128-...-float16] draw: fp16 q, k, v
     (2 q/k heads for 8 value heads), scale 1, the softplus gate from A_log = log U(1, 16), h0 ~ N(0, 1).
     fla allows 2e-3; with bf16 operands in the state update the final state was 2.4e-3 off
-    (scripts/chunk_precision.py --fla-gate-case emulates 2.36e-3 before, 2.8e-4 with fp16 operands)."""
+    (tools/chunk_precision.py --fla-gate-case emulates 2.36e-3 before, 2.8e-4 with fp16 operands)."""
     from kdactl.kda.fused import BETA_AS_GIVEN
 
     gen = torch.Generator(device="cuda").manual_seed(42)

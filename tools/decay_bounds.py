@@ -2,7 +2,7 @@
 norm of each chunk's state map and the bound route small_bh's warm starts use, and how many chunks a
 segment must walk back before that bound reaches 2^-20 (csrc/kda_chunk.cuh kDropLog2, kWarmChunks).
 
-    python3 scripts/decay_bounds.py [--config lower-bound|softplus] [--gate-params test|init|flashkda] [--heads 8] [--chunks 24]
+    python3 tools/decay_bounds.py [--config lower-bound|softplus] [--gate-params test|init|flashkda] [--heads 8] [--chunks 24]
 
 One line per head: exp(A_log), the median and largest ||T||_2 over the chunks, the same for the
 bound, and the warm-up chunks a segment start needs (median, worst; '-' past kWarmChunks: stitched)."""
