@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from kdactl.jit.library import KDACTL_ERR_UNSUPPORTED, KernelError
+from kdactl.jit.library import KernelError
 from kdactl.kda import ROUTES, select_route
-from kdactl.kda.routes import TUNING_FUSED
+from kdactl.kernel_abi import ERR_UNSUPPORTED, TUNING_FUSED
 from kdactl.smoke import (
     SMOKE_CONFIGS,
     SUITE_ROWS,
@@ -90,7 +90,7 @@ def test_chunk_fused_grid_smoke(walk_warps, layout, device, device_info):
         result = run_smoke("chunk", SERVING_ROW, varlen, True, device, ref_device="cuda", seed=walk_warps,
                            tuning=2 * TUNING_FUSED + walk_warps)  # fmt: skip
     except KernelError as err:
-        if err.code != KDACTL_ERR_UNSUPPORTED:
+        if err.code != ERR_UNSUPPORTED:
             raise
         pytest.skip(f"no fused grid on this device (its shared memory per block is too small): {err}")
     assert result.ok, f"{SERVING_ROW.name} {layout} fused grid, walks of {walk_warps} warps: {result.describe()}"

@@ -10,7 +10,7 @@ extern "C" {
 
 #define KDACTL_ABI_VERSION 6
 
-// Facts the Python side is built on: kdactl.kda.routes holds each one under the name without the
+// Facts the Python side is built on: kdactl.kernel_abi holds each one under the name without the
 // prefix, and the loader refuses a library whose values (kdactl_constant) differ.
 #define KDACTL_MAX_GRID_DIM 65535      // heads, sequences and segment slots each map to grid y or z
 #define KDACTL_CHUNK 16                // tokens per chunk of the chunked routes
@@ -22,7 +22,7 @@ extern "C" {
 #define KDACTL_TUNING_PRODUCERS 1000000  // and + KDACTL_TUNING_PRODUCERS * producer warps beside each walk
 #define KDACTL_SMALL_BH_CTAS_PER_SM 2  // small_bh's recurrence CTAs one SM holds: its plan fills one wave
 
-// The route table, X(id, name), ids 0, 1, ... in order; kdactl.kda.routes.ROUTE_TABLE lists the same
+// The route table, X(id, name), ids 0, 1, ... in order; kdactl.kernel_abi.ROUTES lists the same
 // (the loader compares them through kdactl_route_count / kdactl_route_name). Route `name` is launched
 // by kdactl_kda_<name> (declared below) and sized by kdactl_<name>_workspace_bytes (common.cuh).
 #define KDACTL_ROUTES(X)                                                                         \

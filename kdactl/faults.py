@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kdactl.errors import UsageError
+from kdactl.kernel_abi import ROUTES
 
 ENV_VAR = "KDACTL_FAULT"
 KINDS = ("wrong-result", "sanitizer", "hang", "crash", "busy", "slow")
@@ -38,8 +39,6 @@ class Fault:
 
 
 def valid_values() -> str:
-    from kdactl.kda.routes import ROUTES  # torch-free: the route table only
-
     return ", ".join([f"wrong-result:{r}" for r in ROUTES] + list(KINDS[1:]))
 
 
@@ -53,8 +52,6 @@ def parse_fault(value: str | None) -> Fault | None:
     if kind not in KINDS or (kind == "wrong-result") != bool(route) or (colon and not route):
         raise ValueError(f"{ENV_VAR}={text!r} is not a fault kdactl knows; valid values: {valid_values()}")
     if kind == "wrong-result":
-        from kdactl.kda.routes import ROUTES
-
         if route not in ROUTES:
             raise ValueError(f"{ENV_VAR}={text!r}: no route {route!r}; valid values: {valid_values()}")
         return Fault(kind, route)

@@ -12,7 +12,7 @@ import torch
 from kdactl.bench.timing import L2Flusher, make_timer
 from kdactl.kda import prefill
 from kdactl.kda.inputs import random_inputs
-from kdactl.kda.routes import TUNING_AUTO, TUNING_STAGES
+from kdactl.kernel_abi import TUNING_AUTO, TUNING_STAGES
 from kdactl.reference import error_ratio
 
 SERVING = [(1, 8192, 64, None), (1, 8192, 96, None), (2, 16384, 64, None), (8, 4096, 12, None),

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from kdactl.kda.routes import TUNING_AHEAD, TUNING_FUSED, TUNING_PRODUCERS, TUNING_STAGES
+from kdactl.kernel_abi import TUNING_AHEAD, TUNING_FUSED, TUNING_PRODUCERS, TUNING_STAGES
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 H200_SMS = 132

@@ -18,7 +18,7 @@ from kdactl.jit.command import compile_targets
 from kdactl.jit.library import (EXPECTED_CONSTANTS, KdaArgs, KernelArgumentError, Kernels, KernelError, check_tables,
                                 load_kernels, open_kernels, open_library)  # fmt: skip
 from kdactl.jit.selftest import BLOCK, compare, expected_values, mix, run_selftest
-from kdactl.kda.routes import ROUTE_TABLE, ROUTES
+from kdactl.kernel_abi import ROUTES
 from kdactl.settings import Settings
 from kdactl.targets import get_target
 
@@ -65,7 +65,7 @@ def test_the_c_header_lists_the_python_routes_and_constants(tmp_path):
     lines += [f'printf("KDACTL_{n} %lld\\n", (long long)KDACTL_{n});' for n in EXPECTED_CONSTANTS]
     out = _run_c(tmp_path, "\n".join(lines), f'#include "{csrc_dir() / "kdactl_api.h"}"')
     routes = [line.split()[1:] for line in out.splitlines() if line.startswith("route ")]
-    assert routes == [[str(r.id), r.name] for r in ROUTE_TABLE]
+    assert routes == [[str(i), name] for i, name in enumerate(ROUTES)]
     constants = dict(line.split() for line in out.splitlines() if line.startswith("KDACTL_"))
     assert constants == {f"KDACTL_{n}": str(v) for n, v in EXPECTED_CONSTANTS.items()}
 
@@ -109,7 +109,7 @@ def test_check_tables_accepts_the_library_of_this_registry():
     ((*ROUTES, "segmented"), "route 3 is 'segmented' in the library, missing in kdactl"),
 ], ids=["one-missing", "two-swapped", "one-extra"])  # fmt: skip
 def test_check_tables_names_each_route_that_differs(routes, why):
-    with pytest.raises(BuildError, match=f"/x/libkdactl.so does not match kdactl.kda.routes: {why}"):
+    with pytest.raises(BuildError, match=f"/x/libkdactl.so does not match kdactl.kernel_abi: {why}"):
         check_tables(_TableLib(routes), Path("/x/libkdactl.so"))
 
 

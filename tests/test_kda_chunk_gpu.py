@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kdactl.kda import KdaWorkspace, prefill
-from kdactl.kda.routes import TUNING_AHEAD, TUNING_FUSED, TUNING_PRODUCERS
+from kdactl.kernel_abi import TUNING_AHEAD, TUNING_FUSED, TUNING_PRODUCERS
 from kdactl.reference import error_ratio
 from kdactl.smoke import replay_equals_eager
 from tests.kda_inputs import cu_seqlens_of, make_inputs

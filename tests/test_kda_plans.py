@@ -119,13 +119,3 @@ def test_the_table_is_bounded(calls, monkeypatch):
         kda.prefill(**x, scale=scale)
     assert len(plans._PLANS) == 1  # full at the third: started over
 
-
-def test_the_launch_writes_the_first_nine_fields_as_the_tensor_pointers():
-    """LaunchPlan.launch sets q .. cu_seqlens with one write of nine pointers: KdaArgs must start with them."""
-    import ctypes
-
-    from kdactl.jit.library import KdaArgs
-
-    names = [name for name, _ in KdaArgs._fields_[:9]]
-    assert names == ["q", "k", "v", "g", "beta", "initial_state", "o", "final_state", "cu_seqlens"]
-    assert [getattr(KdaArgs, n).offset for n in names] == [i * ctypes.sizeof(ctypes.c_void_p) for i in range(9)]

@@ -168,12 +168,13 @@ def test_only_small_bh_launches_with_segments():
 
 
 def test_shared_constants_are_the_ones_routing_and_validation_use():
+    from kdactl import kernel_abi
     from kdactl.kda import problem as validation
     from kdactl.kda import routes
 
-    assert routes.SHARED_CONSTANTS == {"MAX_GRID_DIM": 65535, "CHUNK": 16, "TUNING_AUTO": 0, "TUNING_STAGES": 10,
+    assert kernel_abi.SHARED_CONSTANTS == {"MAX_GRID_DIM": 65535, "CHUNK": 16, "TUNING_AUTO": 0, "TUNING_STAGES": 10,
                                        "TUNING_FUSED": 100, "TUNING_AHEAD": 1000, "TUNING_PRODUCERS": 1000000, "SMALL_BH_CTAS_PER_SM": 2}  # fmt: skip
-    assert validation.MAX_GRID_DIM is routes.MAX_GRID_DIM
+    assert validation.MAX_GRID_DIM is kernel_abi.MAX_GRID_DIM and routes.CHUNK is kernel_abi.CHUNK
 
 
 def test_prefill_decides_once_and_hands_the_route_id_to_the_op(monkeypatch):

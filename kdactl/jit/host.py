@@ -23,7 +23,7 @@ DISABLE_ENV = "KDACTL_HOST_MODULE"  # "0": keep the plans in Python (comparisons
 
 def load_host_module(settings: Settings, target: str) -> tuple[ModuleType, BuildResult]:
     """(module, its cache entry); BuildError when it cannot be built or does not match."""
-    from kdactl.jit.library import KdaArgs
+    from kdactl.kernel_abi import KdaArgs
 
     spec = host_module_spec(get_target(target))
     result = lookup_cached(spec, settings.cache_dir)

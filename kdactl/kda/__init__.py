@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 from kdactl.kda.fla_api import chunk_kda
 from kdactl.kda.fused import Fused
-from kdactl.kda.routes import ROUTES, TUNING_AUTO, DeviceInfo, RouteDecision, decide_route, eligibility, select_route
+from kdactl.kda.routes import ROUTES, DeviceInfo, RouteDecision, decide_route, eligibility, select_route
+from kdactl.kernel_abi import TUNING_AUTO
 
 if TYPE_CHECKING:
     from kdactl.kda.problem import KdaProblem, validate

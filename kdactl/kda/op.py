@@ -49,7 +49,7 @@ class LaunchPlan:
 
     def __init__(self, p: KdaProblem, device: DeviceInfo, route_id: int, device_index: int, scale: float,
                  tuning: int = 0, fused: Fused = NONE, cu_seqlens_int32: bool = False, checkpoint_dtype: int = 0):  # fmt: skip
-        from kdactl.jit.library import KdaArgs
+        from kdactl.kernel_abi import KdaArgs
 
         lib = kernels()
         self.route_id, self.device_index = route_id, device_index

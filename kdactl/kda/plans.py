@@ -22,12 +22,9 @@ from typing import Any
 import torch
 
 from kdactl.kda.problem import KdaProblem, check_bounds, host_bounds
+from kdactl.kernel_abi import MAX_PLANS
 
 log = logging.getLogger("kdactl.kda")
-
-MAX_PLANS = 1024  # distinct call shapes kept; more and the table starts over (kdactl_host: kMaxPlans)
-# The order of the tensors a planned call passes (kdactl_host's Slot enum).
-TENSORS = ("q", "k", "v", "g", "beta", "initial_state", "cu_seqlens", "A_log", "dt_bias", "state_pool", "state_indices")
 
 
 class CallPlan:
@@ -126,7 +123,7 @@ def _check_out(name, x, shape, dtype, device, eager=True):
 
 def call_key(tensors: tuple, out: Any, options: tuple) -> tuple[tuple | None, bool]:
     """(key, aligned): the key of a call, from every tensor's shape, dtype, device and contiguity
-    (``tensors`` in TENSORS order, then ``out``'s) and the ``options``; None when the call cannot be
+    (``tensors`` in kdactl.kernel_abi.CALL_TENSORS order, then ``out``'s) and the ``options``; None when the call cannot be
     planned (an argument that is not a tensor). ``aligned``: every pointer is 16-byte aligned. One
     flat loop: this runs on every call."""
     outs = out if type(out) is tuple else (out,)

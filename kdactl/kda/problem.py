@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from kdactl.kda.fused import DTYPE_BF16, DTYPE_FP16, DTYPE_FP32, GATE_SOFTPLUS, Fused
-from kdactl.kda.routes import CHUNK, MAX_GRID_DIM
+from kdactl.kda.fused import Fused
+from kdactl.kernel_abi import CHUNK, DTYPE_BF16, DTYPE_FP16, DTYPE_FP32, GATE_SOFTPLUS, MAX_GRID_DIM
 
 KEY_DIMS = (64, 128)
 VALUE_DIMS = (64, 128)
@@ -32,7 +32,7 @@ class KdaProblem:
     value_dim: int
     num_seqs: int  # N: B for fixed batches, len(cu_seqlens) - 1 for varlen
     varlen: bool
-    g_dtype: int  # kdactl.kda.fused.DTYPE_* of g
+    g_dtype: int  # kdactl.kernel_abi.DTYPE_* of g
     beta_dtype: int  # and of beta
     qk_heads: int = 0  # heads of q and k when fewer than ``heads`` (GVA); 0: the same
     state_pool: bool = False  # states come from, and go back to, slots of one pool (state_indices)
