@@ -16,12 +16,11 @@ H200 = DeviceInfo(sm_count=132, cc=(9, 0), target="sm_90a")
 @pytest.fixture
 def calls(monkeypatch):
     """prefill on CPU tensors: the real validation (with require_cuda off), a fake launch."""
-    from kdactl.kda import op
-    from kdactl.kda import problem as validation
+    from kdactl.kda import api
 
     plans.forget_all()
     seen = {"validate": 0, "plans": 0, "launches": []}
-    real_validate = validation.validate
+    real_validate = api.validate
 
     def validate(*a, **kw):
         seen["validate"] += 1
@@ -39,9 +38,9 @@ def calls(monkeypatch):
         def launch(self, q, *rest):
             seen["launches"].append((self.route_id, q.data_ptr()))
 
-    monkeypatch.setattr(validation, "validate", validate)
-    monkeypatch.setattr(op, "device_info", lambda device: H200)
-    monkeypatch.setattr(op, "LaunchPlan", Plan)
+    monkeypatch.setattr(api, "validate", validate)
+    monkeypatch.setattr(api, "device_info", lambda device: H200)
+    monkeypatch.setattr(api, "LaunchPlan", Plan)
     monkeypatch.setattr(torch.Tensor, "get_device", lambda self: 0)  # a CUDA device's index, for the key
     yield seen
     plans.forget_all()

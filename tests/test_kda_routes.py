@@ -169,8 +169,7 @@ def test_only_small_bh_launches_with_segments():
 
 def test_shared_constants_are_the_ones_routing_and_validation_use():
     from kdactl import kernel_abi
-    from kdactl.kda import problem as validation
-    from kdactl.kda import routes
+    from kdactl.kda import routes, validation
 
     assert kernel_abi.SHARED_CONSTANTS == {"MAX_GRID_DIM": 65535, "CHUNK": 16, "TUNING_AUTO": 0, "TUNING_STAGES": 10,
                                        "TUNING_FUSED": 100, "TUNING_AHEAD": 1000, "TUNING_PRODUCERS": 1000000, "SMALL_BH_CTAS_PER_SM": 2}  # fmt: skip
@@ -183,18 +182,18 @@ def test_prefill_decides_once_and_hands_the_route_id_to_the_op(monkeypatch):
     import torch
 
     import kdactl.kda as kda
-    from kdactl.kda import op
-    from kdactl.kda import problem as validation
+    from kdactl.kda import api
+    from kdactl.kda.custom_op import UNDECIDED
     from tests.kda_inputs import make_inputs
 
     x, _ = make_inputs(1, 16, 2)
     p = problem(T=8192, H=16)  # what the (patched) validation reports: small_bh's shape
     decisions, launched = [], []
-    real_decide = kda.decide_route
-    monkeypatch.setattr(kda, "decide_route", lambda *a: decisions.append(a) or real_decide(*a))
-    monkeypatch.setattr(validation, "validate", lambda *a, **kw: p)  # CPU tensors: the rules are tested elsewhere
-    monkeypatch.setattr(op, "device_info", lambda device: H200)
-    monkeypatch.setattr(op, "kda_prefill_", lambda *a: launched.append(a[11:14]))  # route, route_id, tuning
+    real_decide = api.decide_route
+    monkeypatch.setattr(api, "decide_route", lambda *a: decisions.append(a) or real_decide(*a))
+    monkeypatch.setattr(api, "validate", lambda *a, **kw: p)  # CPU tensors: the rules are tested elsewhere
+    monkeypatch.setattr(api, "device_info", lambda device: H200)
+    monkeypatch.setattr(api, "kda_prefill_", lambda *a: launched.append(a[11:14]))  # route, route_id, tuning
 
     class Plan:  # the eager launch: route id and tuning as prefill decided them
         @classmethod
@@ -205,13 +204,13 @@ def test_prefill_decides_once_and_hands_the_route_id_to_the_op(monkeypatch):
         def launch(self, *a):
             pass
 
-    monkeypatch.setattr(op, "LaunchPlan", Plan)
+    monkeypatch.setattr(api, "LaunchPlan", Plan)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: False)
     kda.prefill(**x)
     assert len(decisions) == 1 and launched == [("direct", real_decide(p, H200).id, 0)]
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     kda.prefill(**x, route="chunk", tuning=84)
-    assert len(decisions) == 1 and launched[-1] == ("chunk", op.UNDECIDED, 84)
+    assert len(decisions) == 1 and launched[-1] == ("chunk", UNDECIDED, 84)
 
 
 def test_a_state_pool_keeps_small_bh_out_and_auto_picks_another_route():

@@ -21,14 +21,19 @@ from typing import Any
 
 import torch
 
-from kdactl.kda.problem import KdaProblem, check_bounds, host_bounds
+from kdactl.errors import KdactlError
+from kdactl.jit.host import DISABLE_ENV, disabled, load_host_module
+from kdactl.kda.device import kernels
+from kdactl.kda.problem import KdaProblem
+from kdactl.kda.validation import check_bounds, host_bounds
 from kdactl.kernel_abi import MAX_PLANS
+from kdactl.settings import Settings
 
 log = logging.getLogger("kdactl.kda")
 
 
 class CallPlan:
-    """The validated problem (its facts size the outputs) and the launch (kdactl.kda.op.LaunchPlan)."""
+    """The validated problem (its facts size the outputs) and the launch (kdactl.kda.launch.LaunchPlan)."""
 
     __slots__ = ("problem", "launch")
 
@@ -179,11 +184,6 @@ def host_status() -> str:
 def _choose_table() -> None:
     """kdactl_host when it builds or loads, else this module's dict (a warning says why)."""
     global _HOST, _DECIDED, _STATUS
-    from kdactl.errors import KdactlError
-    from kdactl.jit.host import DISABLE_ENV, disabled, load_host_module
-    from kdactl.kda.op import kernels
-    from kdactl.settings import Settings
-
     _DECIDED = True
     settings = Settings.from_env()
     if disabled(settings):

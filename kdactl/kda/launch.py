@@ -1,8 +1,6 @@
-"""The torch custom op around the kernel library's C ABI.
-
-``kdactl::kda_prefill_`` mutates its preallocated outputs and returns nothing, so CUDA graph capture
-records one launch on torch's current stream and torch.compile sees one opaque op.
-"""
+"""The launch of one decided call: a LaunchPlan holds what the call's pointers do not change (the
+route's C launcher, a KdaArgs template with the shapes, modes and the route's plan, the workspace
+size); ``LaunchPlan.launch`` fills in the pointers and launches on the current stream."""
 
 from __future__ import annotations
 
@@ -11,33 +9,13 @@ import functools
 
 import torch
 
+from kdactl.faults import is_active
+from kdactl.kda.device import current_stream_ptr, kernels
 from kdactl.kda.fused import NONE, Fused
-from kdactl.kda.problem import KdaProblem, current_stream_ptr
-from kdactl.kda.routes import ROUTE_TABLE, DeviceInfo, decide_route
+from kdactl.kda.problem import DTYPE_CODES, KdaProblem
+from kdactl.kda.routes import ROUTE_TABLE, DeviceInfo
 from kdactl.kda.workspace import KdaWorkspace
-
-UNDECIDED = -1  # route_id of a call traced by torch.compile: the op decides the route when it runs
-
-
-@functools.cache
-def kernels():
-    """The kernel library for this process, built or loaded once (first call only touches disk)."""
-    from kdactl.jit.library import load_kernels
-    from kdactl.settings import Settings
-
-    return load_kernels(Settings.from_env())
-
-
-def device_info(device: torch.device | int) -> DeviceInfo:
-    """Routing facts of a CUDA device (a torch.device or an index)."""
-    index = device if isinstance(device, int) else device.index
-    return _device_info(index if index is not None else torch.cuda.current_device())
-
-
-@functools.cache
-def _device_info(index: int) -> DeviceInfo:
-    props = torch.cuda.get_device_properties(index)
-    return DeviceInfo(sm_count=props.multi_processor_count, cc=(props.major, props.minor), target=kernels().target)
+from kdactl.kernel_abi import LEADING_POINTERS, KdaArgs
 
 
 class LaunchPlan:
@@ -49,7 +27,6 @@ class LaunchPlan:
 
     def __init__(self, p: KdaProblem, device: DeviceInfo, route_id: int, device_index: int, scale: float,
                  tuning: int = 0, fused: Fused = NONE, cu_seqlens_int32: bool = False, checkpoint_dtype: int = 0):  # fmt: skip
-        from kdactl.kernel_abi import KdaArgs
 
         lib = kernels()
         self.route_id, self.device_index = route_id, device_index
@@ -74,8 +51,6 @@ class LaunchPlan:
     def of(cls, p: KdaProblem, device: DeviceInfo, route_id: int, q, scale: float, tuning: int, fused: Fused,
            cu_seqlens=None, checkpoints=None) -> LaunchPlan:  # fmt: skip
         """The plan for a call's tensors: q's device, cu_seqlens' and the checkpoints' element types."""
-        from kdactl.kda.problem import DTYPE_CODES
-
         return cls(p, device, route_id, q.device.index, scale, tuning, fused,
                    cu_seqlens is not None and cu_seqlens.dtype == torch.int32,
                    DTYPE_CODES[checkpoints.dtype] if checkpoints is not None else 0)  # fmt: skip
@@ -86,7 +61,7 @@ class LaunchPlan:
         ``workspace``: a claimed KdaWorkspace, a uint8 scratch tensor, or None (scratch is then
         allocated here when the route needs it). Every line here runs on every call."""
         args = self.template.__class__.from_buffer_copy(self.template)
-        # KdaArgs starts with its nine tensor pointers, in this order: one write sets them all.
+        # KdaArgs starts with the LEADING_POINTERS, in this order: one write sets them all.
         _POINTERS.from_buffer(args)[:] = (
             q.data_ptr(), k.data_ptr(), v.data_ptr(), g.data_ptr(), beta.data_ptr(),
             initial_state.data_ptr() if initial_state is not None else 0, o.data_ptr(),
@@ -119,49 +94,7 @@ class LaunchPlan:
             kernels().check(rc, self.what)
 
 
-_POINTERS = ctypes.c_void_p * 9  # q, k, v, g, beta, initial_state, o, final_state, cu_seqlens
-
-
-@torch.library.custom_op("kdactl::kda_prefill_", mutates_args=("o", "final_state", "workspace"), device_types="cuda")
-def kda_prefill_(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    g: torch.Tensor,
-    beta: torch.Tensor,
-    initial_state: torch.Tensor | None,
-    cu_seqlens: torch.Tensor | None,
-    o: torch.Tensor,
-    final_state: torch.Tensor | None,
-    workspace: torch.Tensor | None,
-    scale: float,
-    route: str,
-    route_id: int,
-    tuning: int,
-    A_log: torch.Tensor | None = None,
-    dt_bias: torch.Tensor | None = None,
-    qk_l2norm: bool = False,
-    beta_mode: int = 0,
-    gate_mode: int = 0,
-    lower_bound: float = 0.0,
-    state_v_first: bool = False,
-) -> None:
-    """Launch route ``route_id`` (an id of ROUTE_TABLE) on the current stream: kdactl.kda.prefill
-    validated the inputs and decided it. A call that torch.compile traced passes UNDECIDED instead
-    (tracing reads no pointers and no device facts): the request ``route`` is decided here, and the
-    pointer checks the trace skipped are repeated here for every call.
-    ``workspace`` is a uint8 scratch buffer; one is allocated here when it is missing or too small."""
-    tensors = dict(q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, cu_seqlens=cu_seqlens,
-                   o=o, final_state=final_state, A_log=A_log, dt_bias=dt_bias)  # fmt: skip
-    for name, t in tensors.items():
-        if t is not None and t.numel() and t.data_ptr() % 16:
-            raise ValueError(f"kdactl.kda.prefill: {name} must be 16-byte aligned")
-    problem = KdaProblem.of(q, v, g, beta, cu_seqlens, state_v_first)
-    device = device_info(q.device)
-    if route_id == UNDECIDED:
-        route_id = decide_route(problem, device, route).id
-    launch(problem, device, route_id, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, scale,
-           tuning, Fused(qk_l2norm, beta_mode, gate_mode, lower_bound), A_log, dt_bias)  # fmt: skip
+_POINTERS = ctypes.c_void_p * len(LEADING_POINTERS)  # KdaArgs' first fields
 
 
 def launch(problem: KdaProblem, device: DeviceInfo, route_id: int, q, k, v, g, beta, initial_state, cu_seqlens, o,
@@ -179,13 +112,4 @@ def launch(problem: KdaProblem, device: DeviceInfo, route_id: int, q, k, v, g, b
 def _launches() -> int:
     """2 under KDACTL_FAULT=slow (the same result in twice the time: the perf gate must fail), else 1.
     Read once per process: the launch path stays free of environment lookups."""
-    from kdactl.faults import is_active
-
     return 2 if is_active("slow") else 1
-
-
-@kda_prefill_.register_fake
-def _(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, scale, route, route_id, tuning,
-      A_log=None, dt_bias=None, qk_l2norm=False, beta_mode=0, gate_mode=0, lower_bound=0.0,
-      state_v_first=False) -> None:  # fmt: skip
-    return None
