@@ -14,7 +14,7 @@ template <int K, int V>
 int launch(const kdactl_kda_args& a, RecurShape rs, int sms, int optin, cudaStream_t stream) {
   if (int rc = launch_prepare<K>(a, stream)) return rc;
   Segments whole;
-  whole.longest_first = a.cu_seqlens != nullptr && recur_units(a, V, rs.warps) > sms;
+  whole.longest_first = a.varlen && recur_units(a, V, rs.warps) > sms;
   return launch_pass<K, V, Pass::kWhole>(a, whole, a.batch, rs, optin, stream);
 }
 

@@ -49,7 +49,7 @@ int launch_as(const kdactl_kda_args& a, int sms, int optin, cudaStream_t stream)
                        done + num_slots(a) * a.heads, fused_ahead(a)};
     if ((rc = cudaMemsetAsync(sync, 0, fused_sync_bytes(a), stream))) return;
     Segments whole;
-    whole.longest_first = a.cu_seqlens != nullptr && units > wave;
+    whole.longest_first = a.varlen && units > wave;
     kernel<<<static_cast<unsigned>(grid), threads, smem, stream>>>(a, ws, fs, whole, units,
                                                                    fused_producers(a, WARPS, PROD));
     rc = kdactl_launch_status();

@@ -21,7 +21,7 @@ namespace chunk {
 
 // Chunks of the longest sequence: the chunk indices that have jobs. Every lane of the warp calls it.
 __device__ __forceinline__ int64_t max_chunks(const kdactl_kda_args& a) {
-  if (a.cu_seqlens == nullptr) return (a.seqlen + C - 1) / C;
+  if (!a.varlen) return (a.seqlen + C - 1) / C;
   int64_t m = 0;
   for (int64_t n = threadIdx.x & 31; n < a.batch; n += 32) {
     int64_t bos, eos;

@@ -66,7 +66,7 @@ constexpr int kAheadMin = 4, kAheadAuto = 24;
 inline int fused_ahead(const kdactl_kda_args& a) {
   const int digits = a.tuning % KDACTL_TUNING_PRODUCERS / KDACTL_TUNING_AHEAD;
   const int asked = digits > 0 ? digits : kAheadAuto;
-  return a.cu_seqlens != nullptr ? 0 : asked < kAheadMin ? kAheadMin : asked;
+  return a.varlen ? 0 : asked < kAheadMin ? kAheadMin : asked;
 }
 
 // Producer warps beside each walk, of the `most` that the fused grid's shared memory holds (CTAs

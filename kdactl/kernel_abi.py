@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ctypes
 
-ABI_VERSION = 6  # KDACTL_ABI_VERSION: a library of another version is refused
+ABI_VERSION = 7  # KDACTL_ABI_VERSION: a library of another version is refused
 
 # The route table, KDACTL_ROUTES(X): a route's id is its index here.
 ROUTES: tuple[str, ...] = ("direct", "chunk", "small_bh")
@@ -73,7 +73,7 @@ class KdaArgs(ctypes.Structure):
         ("initial_state", ctypes.c_void_p),  # const float*, may be NULL
         ("o", ctypes.c_void_p),  # void*
         ("final_state", ctypes.c_void_p),  # float*, may be NULL
-        ("cu_seqlens", ctypes.c_void_p),  # const void*, NULL for fixed length
+        ("cu_seqlens", ctypes.c_void_p),  # const void*, varlen only (else NULL)
         ("batch", ctypes.c_int64),
         ("seqlen", ctypes.c_int64),
         ("heads", ctypes.c_int32),
@@ -100,6 +100,7 @@ class KdaArgs(ctypes.Structure):
         ("checkpoints", ctypes.c_void_p),  # void*, prefix checkpoints; may be NULL
         ("checkpoint_every", ctypes.c_int32),
         ("checkpoint_dtype", ctypes.c_int32),
+        ("varlen", ctypes.c_int32),  # 1: packed sequences, bounds in cu_seqlens; 0: fixed length
     ]
 
 

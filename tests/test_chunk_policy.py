@@ -64,7 +64,7 @@ def policy(tmp_path_factory):
     for (B, T, H, D, varlen, tuning, sms) in CASES:
         rows.append(
             f"{{ kdactl_kda_args a{{}}; a.batch = {B}; a.seqlen = {T}; a.heads = {H}; a.key_dim = a.value_dim = {D};"
-            f" a.tuning = {tuning}; a.cu_seqlens = {'&a' if varlen else 'nullptr'};"
+            f" a.tuning = {tuning}; a.varlen = {int(varlen)}; a.cu_seqlens = {'&a' if varlen else 'nullptr'};"
             f" const int w = fused_walk_warps(a); const RecurShape rs = pick_recur(a, {sms});"
             f" std::printf(\"%d %d %d %d %d\\n\", w, fused_ahead(a), rs.warps, rs.stages,"
             f" w ? fused_producers(a, w, 8) : 0); }}"

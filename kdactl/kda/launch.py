@@ -35,13 +35,10 @@ class LaunchPlan:
             lower_bound=fused.lower_bound, batch=p.num_seqs, seqlen=p.seqlen, heads=p.heads, key_dim=p.key_dim,
             value_dim=p.value_dim, g_dtype=p.g_dtype, beta_dtype=p.beta_dtype, qkv_fp16=int(p.qkv_fp16),
             state_v_first=int(p.state_v_first), checkpoint_every=p.checkpoint_every, checkpoint_dtype=checkpoint_dtype,
-            cu_seqlens_is_int32=int(cu_seqlens_int32), tuning=tuning, scale=scale,
+            cu_seqlens_is_int32=int(cu_seqlens_int32), varlen=int(p.varlen), tuning=tuning, scale=scale,
             segment_chunks=ROUTE_TABLE[route_id].segment_chunks(p, device),
         )  # fmt: skip
-        if p.varlen:  # a non-NULL cu_seqlens tells the C side the layout (workspace sizes depend on it)
-            self.template.cu_seqlens = 1
         self.need = lib.workspace_bytes(route_id, self.template)  # reads no pointer
-        self.template.cu_seqlens = None
         self.kernel = lib.kda_route(ROUTE_TABLE[route_id].name)
         self.address = ctypes.cast(self.kernel, ctypes.c_void_p).value  # what kdactl_host calls
         self.launches = _launches()

@@ -1,0 +1,76 @@
+"""kdactl.kda.launch on the CPU with a fake kernel library: the KdaArgs a launch hands the C
+launcher (the template's shapes and layout, the call's own pointers), and the layout told by the
+varlen field, never by a pointer."""
+
+import ctypes
+
+import pytest
+import torch
+
+from kdactl.kda import launch as launch_module
+from kdactl.kda.launch import LaunchPlan
+from kdactl.kda.problem import KdaProblem
+from kdactl.kda.routes import ROUTE_IDS, DeviceInfo
+from kdactl.kernel_abi import KdaArgs
+
+H200 = DeviceInfo(sm_count=132, cc=(9, 0), target="sm_90a")
+LAUNCHER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(KdaArgs), ctypes.c_void_p)
+
+
+class FakeKernels:
+    """The library: records what workspace_bytes and the launcher were given."""
+
+    target = "sm_90a"
+
+    def __init__(self, need=0):
+        self.need, self.sized, self.launched = need, [], []
+        self.launcher = LAUNCHER(self._launch)
+
+    def _launch(self, args, stream):
+        a = args.contents
+        self.launched.append({name: getattr(a, name) for name, _ in KdaArgs._fields_})
+        return 0
+
+    def workspace_bytes(self, route_id, args):
+        self.sized.append({name: getattr(args, name) for name, _ in KdaArgs._fields_})
+        return self.need
+
+    def kda_route(self, name):
+        return self.launcher
+
+    def check(self, rc, what):
+        assert rc == 0, what
+
+
+@pytest.fixture
+def lib(monkeypatch):
+    fake = FakeKernels()
+    monkeypatch.setattr(launch_module, "kernels", lambda: fake)
+    monkeypatch.setattr(launch_module, "current_stream_ptr", lambda device: 0x77)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: None, raising=False)  # a CPU tensor's device index
+    return fake
+
+
+def problem(varlen=False, N=1):
+    return KdaProblem(1, 64, 2, 128, 128, N, varlen, 0, 0)
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_the_layout_is_the_varlen_field_and_no_pointer_is_faked(lib, varlen):
+    plan = LaunchPlan(problem(varlen, N=2 if varlen else 1), H200, ROUTE_IDS["chunk"], None, 0.1)
+    (sized,) = lib.sized
+    assert sized["varlen"] == int(varlen) and sized["cu_seqlens"] is None
+    assert plan.template.varlen == int(varlen) and plan.template.cu_seqlens is None
+
+
+def test_a_launch_passes_each_tensor_in_its_own_field(lib):
+    plan = LaunchPlan(problem(varlen=True, N=2), H200, ROUTE_IDS["direct"], None, 0.1)
+    t = {n: torch.zeros(4) for n in ("q", "k", "v", "g", "beta", "initial_state", "cu_seqlens", "o", "final_state",
+                                    "A_log", "dt_bias", "state_indices", "checkpoints")}  # fmt: skip
+    plan.launch(t["q"], t["k"], t["v"], t["g"], t["beta"], t["initial_state"], t["cu_seqlens"], t["o"],
+                t["final_state"], None, t["A_log"], t["dt_bias"], t["state_indices"], t["checkpoints"])  # fmt: skip
+    (got,) = lib.launched
+    assert {n: got[n] for n in t} == {n: x.data_ptr() for n, x in t.items()}
+    assert len({x.data_ptr() for x in t.values()}) == len(t)  # each field its own tensor's
+    assert got["varlen"] == 1 and got["heads"] == 2 and got["scale"] == pytest.approx(0.1)
+
