@@ -9,8 +9,9 @@ Values:
   crash                 a check calls os.abort(), so the suite process dies (inconclusive);
   busy                  the perf stage starts a co-tenant process that keeps the GPU busy while it
                         times, so the perf gate must see it and end inconclusive (never failed);
-  slow                  every KDA call launches its kernels twice (same result, twice the time), so
-                        the perf gate must fail the node.
+  slow                  every KDA launch runs once more first, into spare outputs: the same results (a
+                        state pool updated in place as one launch leaves it) in about twice the device
+                        time, so the smokes pass and the perf gate must fail the node.
 A value kdactl does not know raises ValueError: a typo must never let a run look clean. The commands
 that plant faults (certify, sanitize, bench) check the variable before they touch the node
 (``fault_from_env``): a bad value is a usage error (exit 2), never a run and never a certificate.

@@ -74,3 +74,54 @@ def test_a_launch_passes_each_tensor_in_its_own_field(lib):
     assert len({x.data_ptr() for x in t.values()}) == len(t)  # each field its own tensor's
     assert got["varlen"] == 1 and got["heads"] == 2 and got["scale"] == pytest.approx(0.1)
 
+
+class StateKernel(FakeKernels):
+    """A launcher that computes on the CPU memory its pointers name, as a kernel would on the GPU:
+    sequence n's final state (slot state_indices[n] of a pool, else n) is its initial state + 1,
+    and every element of o is the sum of the initial states' first elements."""
+
+    def _launch(self, args, stream):
+        super()._launch(args, stream)
+        a = args.contents
+        size = a.heads * a.key_dim * a.value_dim
+        slots = (ctypes.c_int32 * a.batch).from_address(a.state_indices) if a.state_indices else range(a.batch)
+        total = 0.0
+        for slot in slots:
+            if slot < 0:
+                continue
+            start = (ctypes.c_float * size).from_address(a.initial_state + 4 * size * slot)
+            end = (ctypes.c_float * size).from_address(a.final_state + 4 * size * slot)
+            total += start[0]
+            end[:] = [x + 1.0 for x in start]
+        o = (ctypes.c_float * (a.batch * a.seqlen * a.heads * a.value_dim)).from_address(a.o)
+        o[:] = [total] * len(o)
+        return 0
+
+
+def pool_call(monkeypatch, slow: bool):
+    """A state pool call through kdactl.kda.plans.launch (initial and final state: the pool)."""
+    from kdactl.kda import plans
+
+    lib = StateKernel()
+    monkeypatch.setattr(launch_module, "kernels", lambda: lib)
+    monkeypatch.setattr(launch_module, "slow_fault", lambda: slow)
+    p = KdaProblem(2, 8, 1, 4, 4, 2, False, 0, 0, state_pool=True)
+    plan = plans.CallPlan(p, LaunchPlan(p, H200, ROUTE_IDS["direct"], None, 0.5))
+    pool = torch.arange(3 * 16, dtype=torch.float32).reshape(3, 1, 4, 4)
+    indices = torch.tensor([2, -1], dtype=torch.int32)
+    x = torch.zeros(2, 8, 1, 4)
+    tensors = (x, x, x, x, x[..., 0], None, None, None, None, pool, indices)
+    o, state = plans.launch(plan, tensors, torch.zeros(2, 8, 1, 4), None, None, None)
+    assert state is pool
+    return o, pool, lib.launched
+
+
+def test_the_slow_fault_launches_twice_with_the_results_of_one(lib, monkeypatch):
+    o, pool, launched = pool_call(monkeypatch, slow=False)
+    slow_o, slow_pool, slow_launched = pool_call(monkeypatch, slow=True)
+    assert len(launched) == 1 and len(slow_launched) == 2
+    assert torch.equal(slow_pool, pool) and torch.equal(slow_o, o)
+    assert pool[2, 0, 0, 0] == 33.0 and pool[0, 0, 0, 0] == 0.0  # slot 2 once + 1; slot 0 untouched
+    spare, real = slow_launched
+    assert spare["initial_state"] == real["initial_state"] == real["final_state"] == slow_pool.data_ptr()
+    assert spare["final_state"] != slow_pool.data_ptr() and spare["o"] != real["o"]  # the spare launch writes spares

@@ -23,7 +23,7 @@ class LaunchPlan:
     template with the shapes, modes and the route's plan filled in (every pointer NULL), and the
     workspace size. Built once per call shape; ``launch`` fills in the pointers and launches."""
 
-    __slots__ = ("route_id", "kernel", "address", "template", "need", "device_index", "launches", "what")
+    __slots__ = ("route_id", "kernel", "address", "template", "need", "device_index", "slow", "what")
 
     def __init__(self, p: KdaProblem, device: DeviceInfo, route_id: int, device_index: int, scale: float,
                  tuning: int = 0, fused: Fused = NONE, cu_seqlens_int32: bool = False, checkpoint_dtype: int = 0):  # fmt: skip
@@ -41,7 +41,7 @@ class LaunchPlan:
         self.need = lib.workspace_bytes(route_id, self.template)  # reads no pointer
         self.kernel = lib.kda_route(ROUTE_TABLE[route_id].name)
         self.address = ctypes.cast(self.kernel, ctypes.c_void_p).value  # what kdactl_host calls
-        self.launches = _launches()
+        self.slow = slow_fault()
         self.what = f"KDA prefill route {ROUTE_TABLE[route_id].name!r}"
 
     @classmethod
@@ -76,14 +76,28 @@ class LaunchPlan:
             args.workspace, args.workspace_bytes = scratch.data_ptr(), scratch.numel()
         if stream is None:
             stream = current_stream_ptr(q.device)
-        ref = ctypes.byref(args)
         if self.device_index == torch._C._cuda_getDevice():
-            for _ in range(self.launches):
-                self.check(self.kernel(ref, stream))
+            if self.slow:
+                self.launch_into_spares(args, stream, o, final_state, checkpoints)
+            self.check(self.kernel(ctypes.byref(args), stream))
         else:
             with torch.cuda.device(self.device_index):
-                for _ in range(self.launches):
-                    self.check(self.kernel(ref, stream))
+                if self.slow:
+                    self.launch_into_spares(args, stream, o, final_state, checkpoints)
+                self.check(self.kernel(ctypes.byref(args), stream))
+
+    def launch_into_spares(self, args: KdaArgs, stream: int, o, final_state, checkpoints) -> None:
+        """KDACTL_FAULT=slow: the same launch once more, before the real one, with every output in
+        a spare copy: the call takes twice the device time and its results are the ones of one
+        launch (a state pool or state updated in place is read by the real launch as the caller
+        left it; the spare launch reads it too, and writes only its spares)."""
+        spare_args = KdaArgs.from_buffer_copy(args)
+        spares = []  # alive until the launch is queued; the allocator orders their reuse on this stream
+        for name, x in (("o", o), ("final_state", final_state), ("checkpoints", checkpoints)):
+            if x is not None:
+                spares.append(torch.empty_like(x))
+                setattr(spare_args, name, spares[-1].data_ptr())
+        self.check(self.kernel(ctypes.byref(spare_args), stream))
 
     def check(self, rc: int) -> None:
         """Raise the error the launcher's return code names (kdactl.jit.library.Kernels.check)."""
@@ -106,7 +120,8 @@ def launch(problem: KdaProblem, device: DeviceInfo, route_id: int, q, k, v, g, b
 
 
 @functools.cache
-def _launches() -> int:
-    """2 under KDACTL_FAULT=slow (the same result in twice the time: the perf gate must fail), else 1.
-    Read once per process: the launch path stays free of environment lookups."""
-    return 2 if is_active("slow") else 1
+def slow_fault() -> bool:
+    """Whether KDACTL_FAULT=slow asks every launch to take twice the device time (same results: the
+    perf gate must fail the node, and nothing before it). Read once per process: the launch path
+    stays free of environment lookups."""
+    return is_active("slow")

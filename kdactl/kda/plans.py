@@ -24,6 +24,7 @@ import torch
 from kdactl.errors import KdactlError
 from kdactl.jit.host import DISABLE_ENV, disabled, load_host_module
 from kdactl.kda.device import kernels
+from kdactl.kda.launch import slow_fault
 from kdactl.kda.problem import KdaProblem
 from kdactl.kda.validation import check_bounds, host_bounds
 from kdactl.kernel_abi import MAX_PLANS
@@ -73,8 +74,8 @@ def remember(options: tuple, out, tensors: tuple, plan: CallPlan) -> None:
     if _HOST is not None and tensors[0].is_cuda:
         lp, p = plan.launch, plan.problem
         state_shape = (p.num_seqs, p.heads, *p.state_shape) if options[1] else ()
-        _HOST.remember(options, out, tensors, bytes(lp.template), lp.address, lp.need, lp.device_index, lp.launches,
-                       p.seqlen, state_shape, lp)  # fmt: skip
+        _HOST.remember(options, out, tensors, bytes(lp.template), lp.address, lp.need, lp.device_index, p.seqlen,
+                       state_shape, lp)  # fmt: skip
         return
     key, _ = call_key(tensors, out, options)
     if key is None:
@@ -188,6 +189,9 @@ def _choose_table() -> None:
     settings = Settings.from_env()
     if disabled(settings):
         _STATUS = f"python: {DISABLE_ENV}={settings.env.get(DISABLE_ENV)}"
+        return
+    if slow_fault():  # its spare launch is LaunchPlan.launch's
+        _STATUS = "python: KDACTL_FAULT=slow"
         return
     lib = kernels()
     try:
