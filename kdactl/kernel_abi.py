@@ -110,4 +110,10 @@ LEADING_POINTERS = ("q", "k", "v", "g", "beta", "initial_state", "o", "final_sta
 # The tensors of a planned call, in the order kdactl_host's Slot enum reads them.
 CALL_TENSORS = ("q", "k", "v", "g", "beta", "initial_state", "cu_seqlens", "A_log", "dt_bias", "state_pool",
                 "state_indices")  # fmt: skip
-MAX_PLANS = 1024  # distinct call shapes a plan table keeps; more and it starts over (kdactl_host: kMaxPlans)
+MAX_PLANS = 1024  # distinct call shapes a plan table keeps; more and it starts over
+# What kdactl_host is built with that Python relies on; its check_abi refuses other values.
+HOST_CONSTANTS: dict[str, int] = {
+    "ABI_VERSION": ABI_VERSION,
+    "ARGS_SIZE": ctypes.sizeof(KdaArgs),
+    "MAX_PLANS": MAX_PLANS,
+}

@@ -8,8 +8,10 @@ import ctypes
 import pytest
 import torch
 
-from kdactl.jit.library import KdaArgs
+from kdactl import kernel_abi
+from kdactl.kernel_abi import KdaArgs
 from kdactl.settings import Settings
+from tests.kda_plan_cases import BOUNDS, CU_SEQLENS
 
 pytestmark = pytest.mark.nvcc
 
@@ -66,7 +68,7 @@ def tensors(T=64, H=4, D=128, **change):
 
 def remember(module, fake, t, out=None, options=OPTIONS, need=0, state_shape=(1, 4, 128, 128), seqlen=64, plan="LP"):
     template = KdaArgs(heads=4, key_dim=128, value_dim=128)
-    assert module.remember(options, out, t, bytes(template), fake.address(fake.launcher), need, 0, 1, seqlen,
+    assert module.remember(options, out, t, bytes(template), fake.address(fake.launcher), need, 0, seqlen,
                            state_shape, plan)  # fmt: skip
 
 
@@ -138,15 +140,10 @@ def test_another_current_device_misses(module):
     assert module.run(OPTIONS, None, None, None, t) is None and not fake.calls
 
 
-@pytest.mark.parametrize("bounds, planned", [
-    ([0, 10, 64], True), ((0, 64, 64), True), (torch.tensor([0, 30, 64]), True),
-    (torch.tensor([0, 30, 64], dtype=torch.int32), True),
-    ([0, 70, 64], False), ([1, 10, 64], False), ([0, 10, 63], False), ([0, 64], False), ([0, True, 64], False),
-    ([0, 10.0, 64], False), (torch.tensor([0.0, 10.0, 64.0]), False), (torch.tensor([[0, 10, 64]]), False),
-])  # fmt: skip
+@pytest.mark.parametrize("bounds, planned", BOUNDS)
 def test_varlen_calls_check_the_host_bounds(module, bounds, planned):
     fake = Fake(module)
-    cu = torch.tensor([0, 10, 64])
+    cu = torch.tensor(CU_SEQLENS)
     options = (*OPTIONS[:-1], type(bounds))
     t = tensors(cu_seqlens=cu)
     remember(module, fake, t, options=options, state_shape=(2, 4, 128, 128))
@@ -213,5 +210,30 @@ def test_the_table_is_bounded_and_configure_forgets(module):
 def test_a_template_of_another_size_is_refused(module):
     fake = Fake(module)
     with pytest.raises(TypeError, match="KdaArgs bytes"):
-        module.remember(OPTIONS, None, tensors(), b"\0" * 8, fake.address(fake.launcher), 0, 0, 1, 64, (), "LP")
-    assert module.args_size() == ctypes.sizeof(KdaArgs)
+        module.remember(OPTIONS, None, tensors(), b"\0" * 8, fake.address(fake.launcher), 0, 0, 64, (), "LP")
+
+
+@pytest.mark.parametrize("slots, constants, why", [
+    (tuple(reversed(kernel_abi.CALL_TENSORS)), kernel_abi.HOST_CONSTANTS,
+     "tensor slot 0 is 'q' in kdactl_host, 'state_indices' in Python"),
+    (kernel_abi.CALL_TENSORS[:-1], kernel_abi.HOST_CONSTANTS, "tensor slot 10 is 'state_indices' in kdactl_host, missing"),
+    ((*kernel_abi.CALL_TENSORS, "checkpoints"), kernel_abi.HOST_CONSTANTS, "tensor slot 11 is missing in kdactl_host, "
+                                                                           "'checkpoints' in Python"),
+    (kernel_abi.CALL_TENSORS, {**kernel_abi.HOST_CONSTANTS, "ARGS_SIZE": 8}, r"ARGS_SIZE is \d+ in kdactl_host, 8 in"),
+    (kernel_abi.CALL_TENSORS, {**kernel_abi.HOST_CONSTANTS, "ABI_VERSION": 6}, "ABI_VERSION is 7 in kdactl_host, 6 in"),
+    (kernel_abi.CALL_TENSORS, {"MAX_PLANS": 1024}, "ABI_VERSION is 7 in kdactl_host, missing in Python"),
+])  # fmt: skip
+def test_a_python_side_of_another_tensor_order_or_constants_is_refused(module, slots, constants, why):
+    with pytest.raises(ValueError, match=f"kdactl_host does not match kdactl.kernel_abi: .*{why}"):
+        module.check_abi(slots, constants)
+    try:
+        with pytest.raises(RuntimeError, match="check_abi has not passed"):
+            Fake(module)  # configure refuses until the check passes
+    finally:
+        module.check_abi(kernel_abi.CALL_TENSORS, kernel_abi.HOST_CONSTANTS)
+    Fake(module)
+
+
+def test_the_module_is_built_with_the_constants_python_relies_on(module):
+    assert module.check_abi(kernel_abi.CALL_TENSORS, kernel_abi.HOST_CONSTANTS) is None
+    assert kernel_abi.HOST_CONSTANTS["ARGS_SIZE"] == ctypes.sizeof(KdaArgs)

@@ -9,6 +9,7 @@ import kdactl.kda as kda
 from kdactl.kda import plans
 from kdactl.kda.routes import DeviceInfo
 from tests.kda_inputs import cu_seqlens_of, make_inputs
+from tests.kda_plan_cases import BOUNDS, CU_SEQLENS, SEQLEN
 
 H200 = DeviceInfo(sm_count=132, cc=(9, 0), target="sm_90a")
 
@@ -118,3 +119,8 @@ def test_the_table_is_bounded(calls, monkeypatch):
         kda.prefill(**x, scale=scale)
     assert len(plans._PLANS) == 1  # full at the third: started over
 
+
+
+@pytest.mark.parametrize("bounds, planned", BOUNDS)
+def test_the_python_table_checks_the_host_bounds_as_kdactl_host_does(bounds, planned):
+    assert plans.bounds_ok(bounds, torch.tensor(CU_SEQLENS), SEQLEN) == planned
