@@ -107,9 +107,11 @@ class KdaArgs(ctypes.Structure):
 # KdaArgs starts with these pointers, in this order: a launch sets them all with one write.
 LEADING_POINTERS = ("q", "k", "v", "g", "beta", "initial_state", "o", "final_state", "cu_seqlens")
 
-# The tensors of a planned call, in the order kdactl_host's Slot enum reads them.
+# The leading fields of a call (kdactl.kda.call.PrefillCall), in the order kdactl_host's Slot enum
+# reads them: its tensors, then the outputs given, the host copy of cu_seqlens and the workspace.
 CALL_TENSORS = ("q", "k", "v", "g", "beta", "initial_state", "cu_seqlens", "A_log", "dt_bias", "state_pool",
                 "state_indices")  # fmt: skip
+CALL_FIELDS = (*CALL_TENSORS, "out", "cu_seqlens_cpu", "workspace")
 MAX_PLANS = 1024  # distinct call shapes a plan table keeps; more and it starts over
 # What kdactl_host is built with that Python relies on; its check_abi refuses other values.
 HOST_CONSTANTS: dict[str, int] = {

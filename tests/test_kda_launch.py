@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from kdactl.kda import launch as launch_module
+from kdactl.kda.call import PrefillCall
 from kdactl.kda.launch import LaunchPlan
 from kdactl.kda.problem import KdaProblem
 from kdactl.kda.routes import ROUTE_IDS, DeviceInfo
@@ -63,16 +64,26 @@ def test_the_layout_is_the_varlen_field_and_no_pointer_is_faked(lib, varlen):
     assert plan.template.varlen == int(varlen) and plan.template.cu_seqlens is None
 
 
-def test_a_launch_passes_each_tensor_in_its_own_field(lib):
+POINTER_FIELDS = [name for name, kind in KdaArgs._fields_ if kind is ctypes.c_void_p and name != "workspace"]
+
+
+def test_a_launch_passes_each_tensor_of_the_call_in_its_own_field(lib):
     plan = LaunchPlan(problem(varlen=True, N=2), H200, ROUTE_IDS["direct"], None, 0.1)
-    t = {n: torch.zeros(4) for n in ("q", "k", "v", "g", "beta", "initial_state", "cu_seqlens", "o", "final_state",
-                                    "A_log", "dt_bias", "state_indices", "checkpoints")}  # fmt: skip
-    plan.launch(t["q"], t["k"], t["v"], t["g"], t["beta"], t["initial_state"], t["cu_seqlens"], t["o"],
-                t["final_state"], None, t["A_log"], t["dt_bias"], t["state_indices"], t["checkpoints"])  # fmt: skip
+    t = {n: torch.zeros(4) for n in POINTER_FIELDS}
+    assert len(t) == 13 and len({x.data_ptr() for x in t.values()}) == len(t)  # each field its own tensor
+    call = PrefillCall(**{n: x for n, x in t.items() if n in PrefillCall._fields})
+    plan.launch(call, t["o"], t["final_state"])
     (got,) = lib.launched
     assert {n: got[n] for n in t} == {n: x.data_ptr() for n, x in t.items()}
-    assert len({x.data_ptr() for x in t.values()}) == len(t)  # each field its own tensor's
     assert got["varlen"] == 1 and got["heads"] == 2 and got["scale"] == pytest.approx(0.1)
+
+
+def test_a_state_pool_is_the_initial_state_and_the_caller_passes_it_as_the_final_one(lib):
+    plan = LaunchPlan(problem(), H200, ROUTE_IDS["direct"], None, 0.1)
+    pool, x = torch.zeros(3, 2, 128, 128), torch.zeros(4)
+    plan.launch(PrefillCall(x, x, x, x, x, state_pool=pool, state_indices=torch.zeros(1, dtype=torch.int32)), x, pool)
+    (got,) = lib.launched
+    assert got["initial_state"] == got["final_state"] == pool.data_ptr() and got["state_indices"]
 
 
 class StateKernel(FakeKernels):
@@ -110,8 +121,8 @@ def pool_call(monkeypatch, slow: bool):
     pool = torch.arange(3 * 16, dtype=torch.float32).reshape(3, 1, 4, 4)
     indices = torch.tensor([2, -1], dtype=torch.int32)
     x = torch.zeros(2, 8, 1, 4)
-    tensors = (x, x, x, x, x[..., 0], None, None, None, None, pool, indices)
-    o, state = plans.launch(plan, tensors, torch.zeros(2, 8, 1, 4), None, None, None)
+    call = PrefillCall(x, x, x, x, x[..., 0], state_pool=pool, state_indices=indices)
+    o, state = plans.launch(plan, call, torch.zeros(2, 8, 1, 4), None)
     assert state is pool
     return o, pool, lib.launched
 

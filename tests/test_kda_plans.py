@@ -17,11 +17,11 @@ H200 = DeviceInfo(sm_count=132, cc=(9, 0), target="sm_90a")
 @pytest.fixture
 def calls(monkeypatch):
     """prefill on CPU tensors: the real validation (with require_cuda off), a fake launch."""
-    from kdactl.kda import api
+    from kdactl.kda import api, validation
 
     plans.forget_all()
     seen = {"validate": 0, "plans": 0, "launches": []}
-    real_validate = api.validate
+    real_validate = validation.validate
 
     def validate(*a, **kw):
         seen["validate"] += 1
@@ -36,10 +36,10 @@ def calls(monkeypatch):
         def of(cls, problem, device, route_id, *rest):
             return cls(route_id)
 
-        def launch(self, q, *rest):
-            seen["launches"].append((self.route_id, q.data_ptr()))
+        def launch(self, call, *rest):
+            seen["launches"].append((self.route_id, call.q.data_ptr()))
 
-    monkeypatch.setattr(api, "validate", validate)
+    monkeypatch.setattr(validation, "validate", validate)
     monkeypatch.setattr(api, "device_info", lambda device: H200)
     monkeypatch.setattr(api, "LaunchPlan", Plan)
     monkeypatch.setattr(torch.Tensor, "get_device", lambda self: 0)  # a CUDA device's index, for the key
@@ -124,3 +124,22 @@ def test_the_table_is_bounded(calls, monkeypatch):
 @pytest.mark.parametrize("bounds, planned", BOUNDS)
 def test_the_python_table_checks_the_host_bounds_as_kdactl_host_does(bounds, planned):
     assert plans.bounds_ok(bounds, torch.tensor(CU_SEQLENS), SEQLEN) == planned
+
+
+def test_prefill_describes_its_call_once_with_every_argument_by_name(monkeypatch):
+    """PrefillCall names prefill's every argument (defaults too), and prefill fills each field from
+    the argument of its name (it builds the tuple by position, for speed)."""
+    import inspect
+
+    from kdactl.kda import api
+    from kdactl.kda.call import PrefillCall
+
+    params = inspect.signature(kda.prefill).parameters
+    assert set(params) == set(PrefillCall._fields)
+    assert {n: p.default for n, p in params.items() if p.default is not p.empty} == PrefillCall._field_defaults
+    seen = []
+    monkeypatch.setattr(api, "_full_call", lambda call, options: seen.append((call, options)))
+    given = {name: object() for name in PrefillCall._fields}  # checkpoint_every given: never planned
+    kda.prefill(**given)
+    ((call, options),) = seen
+    assert type(call) is PrefillCall and call._asdict() == given and options is None

@@ -182,7 +182,7 @@ def test_prefill_decides_once_and_hands_the_route_id_to_the_op(monkeypatch):
     import torch
 
     import kdactl.kda as kda
-    from kdactl.kda import api
+    from kdactl.kda import api, custom_op, validation
     from kdactl.kda.custom_op import UNDECIDED
     from tests.kda_inputs import make_inputs
 
@@ -191,14 +191,14 @@ def test_prefill_decides_once_and_hands_the_route_id_to_the_op(monkeypatch):
     decisions, launched = [], []
     real_decide = api.decide_route
     monkeypatch.setattr(api, "decide_route", lambda *a: decisions.append(a) or real_decide(*a))
-    monkeypatch.setattr(api, "validate", lambda *a, **kw: p)  # CPU tensors: the rules are tested elsewhere
+    monkeypatch.setattr(validation, "validate", lambda *a, **kw: p)  # CPU tensors: the rules are tested elsewhere
     monkeypatch.setattr(api, "device_info", lambda device: H200)
-    monkeypatch.setattr(api, "kda_prefill_", lambda *a: launched.append(a[11:14]))  # route, route_id, tuning
+    monkeypatch.setattr(custom_op, "kda_prefill_", lambda *a: launched.append(a[11:14]))  # route, route_id, tuning
 
     class Plan:  # the eager launch: route id and tuning as prefill decided them
         @classmethod
-        def of(cls, problem, device, route_id, q, scale, tuning, *rest):
-            launched.append(("direct", route_id, tuning))
+        def of(cls, problem, device, route_id, call):
+            launched.append(("direct", route_id, call.tuning))
             return cls()
 
         def launch(self, *a):

@@ -88,3 +88,10 @@ def test_the_c_header_has_the_abi_version_routes_and_constants(tmp_path):
     values = dict(line.split() for line in out if not line.startswith("route "))
     assert values == {"ABI_VERSION": str(kernel_abi.ABI_VERSION),
                       **{n: str(v) for n, v in kernel_abi.EXPECTED_CONSTANTS.items()}}  # fmt: skip
+
+
+def test_a_call_leads_with_the_fields_kdactl_host_reads():
+    from kdactl.kda.call import PrefillCall
+
+    assert PrefillCall._fields[: len(kernel_abi.CALL_FIELDS)] == kernel_abi.CALL_FIELDS
+    assert kernel_abi.CALL_FIELDS[: len(kernel_abi.CALL_TENSORS)] == kernel_abi.CALL_TENSORS

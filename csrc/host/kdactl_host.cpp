@@ -11,7 +11,7 @@
 // No CUDA or c10_cuda here: the current device and stream come from the callables `configure`
 // gives (torch's own raw accessors), so the module builds and is tested against a CPU-only torch.
 //
-// What Python and this module must agree on (the tensor slots' order, the args struct's size, the
+// What Python and this module must agree on (the call's fields' order, the args struct's size, the
 // ABI version, the table's bound) is checked once by `check_abi` against kdactl.kernel_abi, and
 // `configure` refuses to run before that check has passed.
 #include <Python.h>
@@ -30,12 +30,17 @@
 
 namespace {
 
-enum Slot { Q, K, V, G, BETA, INITIAL, CU, A_LOG, DT_BIAS, POOL, INDICES };
-// Each slot's name, in Slot order: kdactl.kernel_abi.CALL_TENSORS must list the same.
-constexpr const char* kSlotNames[] = {"q",      "k",          "v",      "g",       "beta",         "initial_state",
-                                      "cu_seqlens", "A_log", "dt_bias", "state_pool", "state_indices"};
-constexpr int kTensorSlots = sizeof(kSlotNames) / sizeof(kSlotNames[0]);
-static_assert(kTensorSlots == INDICES + 1, "kSlotNames: one name per Slot");
+// The fields of a call (kdactl.kda.call.PrefillCall, a tuple) this module reads: its tensors, then
+// out, cu_seqlens_cpu and workspace.
+enum Slot { Q, K, V, G, BETA, INITIAL, CU, A_LOG, DT_BIAS, POOL, INDICES, OUT, CU_CPU, WORKSPACE };
+// Each slot's name, in Slot order: kdactl.kernel_abi.CALL_FIELDS must list the same.
+constexpr const char* kSlotNames[] = {"q",       "k",          "v",          "g",
+                                      "beta",    "initial_state", "cu_seqlens", "A_log",
+                                      "dt_bias", "state_pool", "state_indices", "out",
+                                      "cu_seqlens_cpu", "workspace"};
+constexpr int kCallSlots = sizeof(kSlotNames) / sizeof(kSlotNames[0]);
+constexpr int kTensorSlots = INDICES + 1;  // the call's tensors: the plan's key reads each one
+static_assert(kCallSlots == WORKSPACE + 1, "kSlotNames: one name per Slot");
 constexpr size_t kMaxPlans = 1024;  // more and the table starts over
 bool g_abi_checked = false;         // check_abi has passed
 constexpr int64_t kNone = -1, kOutNone = -2, kOutTensor = -3, kOutPair = -4;
@@ -224,18 +229,21 @@ void* ptr_of(PyObject* x) {
   return x == Py_None ? nullptr : const_cast<void*>(THPVariable_Unpack(x).const_data_ptr());
 }
 
-// run(options, out, cu_seqlens_cpu, workspace, tensors) -> (o, final_state or pool or None) when
-// planned and launched; [rc, launch_plan] when the launcher returned an error; None otherwise.
-// `tensors`: the 11 of Slot's order (kdactl.kernel_abi.CALL_TENSORS), a tuple.
+// Whether `call` is a tuple with at least the fields of Slot (a PrefillCall).
+bool is_call(PyObject* call) { return PyTuple_Check(call) && PyTuple_GET_SIZE(call) >= kCallSlots; }
+
+// run(options, call) -> (o, final_state or pool or None) when planned and launched; [rc,
+// launch_plan] when the launcher returned an error; None otherwise.
 PyObject* run(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
   if (!g_stream_of) Py_RETURN_NONE;  // not configured: every call takes the Python path
-  if (nargs != 5 || !PyTuple_CheckExact(args[4]) || PyTuple_GET_SIZE(args[4]) != kTensorSlots) {
-    PyErr_SetString(PyExc_TypeError, "kdactl_host.run(options, out, cu_seqlens_cpu, workspace, tensors: 11-tuple)");
+  if (nargs != 2 || !is_call(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "kdactl_host.run(options, call: a PrefillCall)");
     return nullptr;
   }
-  PyObject *options = args[0], *out = args[1], *cu_cpu = args[2], *ws = args[3];
-  PyObject* const* t = &PyTuple_GET_ITEM(args[4], 0);
+  PyObject* options = args[0];
+  PyObject* const* t = &PyTuple_GET_ITEM(args[1], 0);
+  PyObject *out = t[OUT], *cu_cpu = t[CU_CPU], *ws = t[WORKSPACE];
   std::vector<int64_t> meta;
   bool aligned = true;
   if (!call_meta(t, out, meta, aligned) || !aligned) Py_RETURN_NONE;
@@ -297,31 +305,31 @@ PyObject* run(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   END_HANDLE_TH_ERRORS
 }
 
-// remember(options, out, tensors, args_bytes, launcher, need, device, seqlen, state_shape, launch_plan):
-// keep the plan the full path made for a call (state_shape: the final state
-// to allocate when `out` gives none, () for none).
+// remember(options, call, args_bytes, launcher, need, device, seqlen, state_shape, launch_plan): keep
+// the plan the full path made for a call (state_shape: the final state to allocate when `out` gives
+// none, () for none).
 PyObject* remember(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
-  if (nargs != 10 || !PyTuple_CheckExact(args[2]) || PyTuple_GET_SIZE(args[2]) != kTensorSlots ||
-      !PyBytes_CheckExact(args[3]) || PyBytes_GET_SIZE(args[3]) != sizeof(kdactl_kda_args) ||
-      !PyTuple_CheckExact(args[8])) {
+  if (nargs != 9 || !is_call(args[1]) || !PyBytes_CheckExact(args[2]) ||
+      PyBytes_GET_SIZE(args[2]) != sizeof(kdactl_kda_args) || !PyTuple_CheckExact(args[7])) {
     PyErr_SetString(PyExc_TypeError, "kdactl_host.remember: bad arguments (KdaArgs bytes must match kdactl_api.h)");
     return nullptr;
   }
   std::vector<int64_t> meta;
   bool aligned = true;
-  if (!call_meta(&PyTuple_GET_ITEM(args[2], 0), args[1], meta, aligned)) Py_RETURN_FALSE;
+  PyObject* const* t = &PyTuple_GET_ITEM(args[1], 0);
+  if (!call_meta(t, t[OUT], meta, aligned)) Py_RETURN_FALSE;
   Py_hash_t oh = PyObject_Hash(args[0]);
   if (oh == -1) return PyErr_Clear(), Py_NewRef(Py_False);
   Plan p;
   p.meta = std::move(meta);
-  std::memcpy(&p.args, PyBytes_AS_STRING(args[3]), sizeof(kdactl_kda_args));
-  p.launcher = reinterpret_cast<Launcher>(PyLong_AsVoidPtr(args[4]));
-  p.need = PyLong_AsUnsignedLongLong(args[5]);
-  p.device = PyLong_AsLongLong(args[6]);
-  p.seqlen = PyLong_AsLongLong(args[7]);
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[8]); ++i)
-    p.state_shape.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(args[8], i)));
+  std::memcpy(&p.args, PyBytes_AS_STRING(args[2]), sizeof(kdactl_kda_args));
+  p.launcher = reinterpret_cast<Launcher>(PyLong_AsVoidPtr(args[3]));
+  p.need = PyLong_AsUnsignedLongLong(args[4]);
+  p.device = PyLong_AsLongLong(args[5]);
+  p.seqlen = PyLong_AsLongLong(args[6]);
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[7]); ++i)
+    p.state_shape.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(args[7], i)));
   if (PyErr_Occurred() || !p.launcher) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "kdactl_host.remember: launcher is NULL");
     return nullptr;
@@ -330,7 +338,7 @@ PyObject* remember(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (find(h, p.meta, args[0])) Py_RETURN_TRUE;
   if (g_plans.size() >= kMaxPlans) forget_all();
   p.options = Py_NewRef(args[0]);
-  p.launch = Py_NewRef(args[9]);
+  p.launch = Py_NewRef(args[8]);
   g_plans.emplace(h, std::move(p));
   Py_RETURN_TRUE;
   END_HANDLE_TH_ERRORS
@@ -361,9 +369,9 @@ std::string shown(PyObject* x) {
   return s;
 }
 
-// check_abi(slots, constants): Python's tensor order (kdactl.kernel_abi.CALL_TENSORS, a tuple of
-// str) and its values of kConstants (a dict); ValueError naming every difference, else None and
-// `configure` may run.
+// check_abi(slots, constants): the call's fields in Python's order (kdactl.kernel_abi.CALL_FIELDS, a
+// tuple of str) and Python's values of kConstants (a dict); ValueError naming every difference, else
+// None and `configure` may run.
 PyObject* check_abi(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 2 || !PyTuple_Check(args[0]) || !PyDict_Check(args[1])) {
     PyErr_SetString(PyExc_TypeError, "kdactl_host.check_abi(slots: tuple of str, constants: dict)");
@@ -372,13 +380,13 @@ PyObject* check_abi(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   g_abi_checked = false;
   std::string problems;
   const Py_ssize_t n = PyTuple_GET_SIZE(args[0]);
-  for (Py_ssize_t i = 0; i < std::max<Py_ssize_t>(n, kTensorSlots); ++i) {
+  for (Py_ssize_t i = 0; i < std::max<Py_ssize_t>(n, kCallSlots); ++i) {
     PyObject* theirs = i < n ? PyTuple_GET_ITEM(args[0], i) : nullptr;
     const char* name = theirs && PyUnicode_Check(theirs) ? PyUnicode_AsUTF8(theirs) : nullptr;
     PyErr_Clear();
-    const char* ours = i < kTensorSlots ? kSlotNames[i] : nullptr;
+    const char* ours = i < kCallSlots ? kSlotNames[i] : nullptr;
     if (ours && name && std::strcmp(ours, name) == 0) continue;
-    add_problem(problems, "tensor slot " + std::to_string(i) + " is " + (ours ? "'" + std::string(ours) + "'" : "missing") +
+    add_problem(problems, "call field " + std::to_string(i) + " is " + (ours ? "'" + std::string(ours) + "'" : "missing") +
                               " in kdactl_host, " + (theirs ? shown(theirs) : "missing") + " in Python");
   }
   for (const Constant& c : kConstants) {

@@ -15,7 +15,7 @@ from kdactl.errors import BuildError
 from kdactl.hw.toolkit import find_toolkit
 from kdactl.jit.build import BuildResult, build_library, lookup_cached
 from kdactl.jit.spec import HOST_NAME, host_module_spec
-from kdactl.kernel_abi import CALL_TENSORS, HOST_CONSTANTS
+from kdactl.kernel_abi import CALL_FIELDS, HOST_CONSTANTS
 from kdactl.settings import Settings
 from kdactl.targets import get_target
 
@@ -23,7 +23,7 @@ DISABLE_ENV = "KDACTL_HOST_MODULE"  # "0": keep the plans in Python (comparisons
 
 
 def load_host_module(settings: Settings, target: str) -> tuple[ModuleType, BuildResult]:
-    """(module, its cache entry), its tensor order and constants checked against kdactl.kernel_abi;
+    """(module, its cache entry), its call fields and constants checked against kdactl.kernel_abi;
     BuildError when it cannot be built or does not match."""
     spec = host_module_spec(get_target(target))
     result = lookup_cached(spec, settings.cache_dir)
@@ -38,7 +38,7 @@ def load_host_module(settings: Settings, target: str) -> tuple[ModuleType, Build
     except ImportError as err:
         raise BuildError(f"cannot import {result.library}: {err}") from None
     try:
-        module.check_abi(CALL_TENSORS, HOST_CONSTANTS)
+        module.check_abi(CALL_FIELDS, HOST_CONSTANTS)
     except ValueError as err:
         raise BuildError(f"{result.library}: {err}") from None
     return module, result

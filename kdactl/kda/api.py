@@ -1,20 +1,20 @@
-"""``kdactl.kda.prefill``: the op's one entry point. A call is validated, routed and launched once
-on the full path, which keeps its plan; a repeated call with the same metadata takes its plan
-(kdactl.kda.plans) and launches with its own pointers."""
+"""``kdactl.kda.prefill``: the op's one entry point. It describes the call once (a PrefillCall); the
+full path validates it, routes and launches it, and keeps its plan; a repeated call with the same
+metadata takes its plan (kdactl.kda.plans) and launches with its own pointers."""
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 
 import torch
 
 import kdactl.kda.plans as plans
-from kdactl.kda.custom_op import UNDECIDED, kda_prefill_
+from kdactl.kda.call import PrefillCall
+from kdactl.kda.custom_op import traced_prefill
 from kdactl.kda.device import device_info
-from kdactl.kda.fused import NONE, Fused
 from kdactl.kda.launch import LaunchPlan
 from kdactl.kda.routes import decide_route
-from kdactl.kda.validation import validate, validate_checkpoints, validate_fused, validate_pool
+from kdactl.kda.validation import validate_call
 from kdactl.kernel_abi import TUNING_AUTO
 
 
@@ -47,59 +47,41 @@ def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_st
     when None), which needs the varlen bounds on the host (``cu_seqlens_cpu``, or a read-back that
     synchronizes).
     """
-    eager = not torch.compiler.is_compiling()  # tracing reads no pointers and no device facts
-    planned = None  # (options, tensors) of a call that can be planned
-    if eager and checkpoint_every is None and checkpoints is None and checkpoint_dtype is None and (
+    call = _new_call((q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, state_pool, state_indices, out,
+                      cu_seqlens_cpu, workspace, scale, output_final_state, route, tuning, fused, state_v_first,
+                      checkpoint_every, checkpoints, checkpoint_dtype))  # fmt: skip
+    if torch.compiler.is_compiling():  # tracing reads no pointers and no device facts
+        return _traced(call)
+    options = None  # the plan key's options, for a call that a plan can settle
+    if checkpoint_every is None and checkpoints is None and checkpoint_dtype is None and (
             cu_seqlens is None or cu_seqlens_cpu is not None):  # fmt: skip
-        planned = ((scale, bool(output_final_state), route, tuning, fused, bool(state_v_first), workspace is not None,
-                    type(cu_seqlens_cpu)),
-                   (q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, state_pool, state_indices))  # fmt: skip
-        result = plans.run(planned[0], out, cu_seqlens_cpu, workspace, planned[1])
+        options = (scale, bool(output_final_state), route, tuning, fused, bool(state_v_first), workspace is not None,
+                   type(cu_seqlens_cpu))  # fmt: skip
+        result = plans.run(options, call)
         if result is not None:
             return result
-    return _full_call(planned, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, cu_seqlens_cpu,
-                      route, workspace, out, tuning, fused, A_log, dt_bias, state_pool, state_indices, state_v_first,
-                      checkpoint_every, checkpoints, checkpoint_dtype, eager)  # fmt: skip
+    return _full_call(call, options)
 
 
-def _full_call(planned, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, cu_seqlens_cpu, route,
-               workspace, out, tuning, fused, A_log, dt_bias, state_pool, state_indices, state_v_first,
-               checkpoint_every, checkpoints, checkpoint_dtype, eager):  # fmt: skip
-    """Validate everything, decide the route, launch; keep the plan of a ``planned`` call."""
-    problem = validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu,
-                       runtime=eager, state_v_first=state_v_first)  # fmt: skip
-    fused = NONE if fused is None else fused
-    if not isinstance(fused, Fused):
-        raise ValueError(f"kdactl.kda.prefill: fused must be a kdactl.kda.fused.Fused, got {type(fused).__name__}")
-    validate_fused(fused, A_log, dt_bias, problem, q.device, runtime=eager)
-    validate_pool(state_pool, state_indices, problem, q.device, runtime=eager)
-    if state_pool is not None:
-        if initial_state is not None or output_final_state or (isinstance(out, tuple) and out[1] is not None):
-            raise ValueError("kdactl.kda.prefill: state_pool holds the initial and final states: give no "
-                             "initial_state, output_final_state or final_state buffer with it")  # fmt: skip
-        if not eager:
-            raise ValueError("kdactl.kda.prefill: state_pool is not supported under torch.compile yet")
-        problem = dataclasses.replace(problem, state_pool=True)
-    if checkpoint_every is not None or checkpoints is not None or checkpoint_dtype is not None:
-        if not eager:
-            raise ValueError("kdactl.kda.prefill: checkpoints are not supported under torch.compile yet")
-        checkpoints = validate_checkpoints(checkpoint_every, checkpoints, problem, q.device, cu_seqlens, cu_seqlens_cpu,
-                                           dtype=checkpoint_dtype)  # fmt: skip
-        problem = dataclasses.replace(problem, checkpoint_every=checkpoint_every)
-    o, final_state = plans.outputs(out, q, v, problem, output_final_state, eager)
-    scale = problem.key_dim**-0.5 if scale is None else float(scale)
-    if not eager:  # one opaque op in the graph; it decides the route when it runs
-        scratch = workspace.buffer if workspace is not None else None
-        kda_prefill_(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, scratch, scale, route, UNDECIDED,
-                     int(tuning), A_log, dt_bias, fused.qk_l2norm, fused.beta_mode, fused.gate_mode,
-                     float(fused.lower_bound), bool(state_v_first))  # fmt: skip
-        return o, final_state
-    device = device_info(q.device)
-    route_id = decide_route(problem, device, route).id  # an ineligible forced route fails here
-    plan = plans.CallPlan(problem, LaunchPlan.of(problem, device, route_id, q, scale, int(tuning), fused, cu_seqlens,
-                                                 checkpoints))  # fmt: skip
-    tensors = (q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, state_pool, state_indices)
-    result = plans.launch(plan, tensors, o, final_state, workspace, checkpoints)
-    if planned is not None:
-        plans.remember(planned[0], out, planned[1], plan)  # after a launch that worked
+_new_call = functools.partial(tuple.__new__, PrefillCall)  # PrefillCall._make without its Python frame
+
+
+def _full_call(call: PrefillCall, options: tuple | None):
+    """Validate everything, decide the route, launch; keep the plan under ``options`` when given."""
+    problem, call = validate_call(call, runtime=True)
+    o, final_state = plans.outputs(call.out, call.q, call.v, problem, call.output_final_state)
+    device = device_info(call.q.device)
+    route_id = decide_route(problem, device, call.route).id  # an ineligible forced route fails here
+    plan = plans.CallPlan(problem, LaunchPlan.of(problem, device, route_id, call))
+    result = plans.launch(plan, call, o, final_state)
+    if options is not None:
+        plans.remember(options, call, plan)  # after a launch that worked
     return result
+
+
+def _traced(call: PrefillCall):
+    """Under torch.compile: one opaque op in the graph, which decides the route when it runs."""
+    problem, call = validate_call(call, runtime=False)
+    o, final_state = plans.outputs(call.out, call.q, call.v, problem, call.output_final_state, eager=False)
+    traced_prefill(call, o, final_state)
+    return o, final_state

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import torch
 
+from kdactl.kda.call import TENSOR_COUNT, PrefillCall
 from kdactl.kda.device import device_info
 from kdactl.kda.fused import Fused
-from kdactl.kda.launch import launch
+from kdactl.kda.launch import LaunchPlan
 from kdactl.kda.problem import KdaProblem
 from kdactl.kda.routes import decide_route
 
@@ -47,17 +48,27 @@ def kda_prefill_(
     (tracing reads no pointers and no device facts): the request ``route`` is decided here, and the
     pointer checks the trace skipped are repeated here for every call.
     ``workspace`` is a uint8 scratch buffer; one is allocated here when it is missing or too small."""
-    tensors = dict(q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, cu_seqlens=cu_seqlens,
-                   o=o, final_state=final_state, A_log=A_log, dt_bias=dt_bias)  # fmt: skip
-    for name, t in tensors.items():
+    call = PrefillCall(q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, workspace=workspace, scale=scale,
+                       route=route, tuning=tuning, fused=Fused(qk_l2norm, beta_mode, gate_mode, lower_bound),
+                       state_v_first=state_v_first)  # fmt: skip
+    for name, t in (*zip(PrefillCall._fields, call[:TENSOR_COUNT]), ("o", o), ("final_state", final_state)):
         if t is not None and t.numel() and t.data_ptr() % 16:
             raise ValueError(f"kdactl.kda.prefill: {name} must be 16-byte aligned")
     problem = KdaProblem.of(q, v, g, beta, cu_seqlens, state_v_first)
     device = device_info(q.device)
     if route_id == UNDECIDED:
         route_id = decide_route(problem, device, route).id
-    launch(problem, device, route_id, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, scale,
-           tuning, Fused(qk_l2norm, beta_mode, gate_mode, lower_bound), A_log, dt_bias)  # fmt: skip
+    LaunchPlan.of(problem, device, route_id, call).launch(call, o, final_state)
+
+
+def traced_prefill(call: PrefillCall, o, final_state) -> None:
+    """A validated call that torch.compile traces: the op, with the call's tensors and options."""
+    scratch = call.workspace.buffer if call.workspace is not None else None
+    fused = call.fused
+    kda_prefill_(call.q, call.k, call.v, call.g, call.beta, call.initial_state, call.cu_seqlens, o, final_state,
+                 scratch, call.scale, call.route, UNDECIDED, int(call.tuning), call.A_log, call.dt_bias,
+                 fused.qk_l2norm, fused.beta_mode, fused.gate_mode, float(fused.lower_bound),
+                 bool(call.state_v_first))  # fmt: skip
 
 
 @kda_prefill_.register_fake

@@ -10,6 +10,7 @@ import functools
 import torch
 
 from kdactl.faults import is_active
+from kdactl.kda.call import PrefillCall
 from kdactl.kda.device import current_stream_ptr, kernels
 from kdactl.kda.fused import NONE, Fused
 from kdactl.kda.problem import DTYPE_CODES, KdaProblem
@@ -45,18 +46,23 @@ class LaunchPlan:
         self.what = f"KDA prefill route {ROUTE_TABLE[route_id].name!r}"
 
     @classmethod
-    def of(cls, p: KdaProblem, device: DeviceInfo, route_id: int, q, scale: float, tuning: int, fused: Fused,
-           cu_seqlens=None, checkpoints=None) -> LaunchPlan:  # fmt: skip
-        """The plan for a call's tensors: q's device, cu_seqlens' and the checkpoints' element types."""
-        return cls(p, device, route_id, q.device.index, scale, tuning, fused,
-                   cu_seqlens is not None and cu_seqlens.dtype == torch.int32,
-                   DTYPE_CODES[checkpoints.dtype] if checkpoints is not None else 0)  # fmt: skip
+    def of(cls, p: KdaProblem, device: DeviceInfo, route_id: int, call: PrefillCall) -> LaunchPlan:
+        """The plan for a validated call: q's device, cu_seqlens' and the checkpoints' element types."""
+        return cls(p, device, route_id, call.q.device.index, call.scale, int(call.tuning), call.fused,
+                   call.cu_seqlens is not None and call.cu_seqlens.dtype == torch.int32,
+                   DTYPE_CODES[call.checkpoints.dtype] if call.checkpoints is not None else 0)  # fmt: skip
 
-    def launch(self, q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, A_log=None,
-               dt_bias=None, state_indices=None, checkpoints=None, stream: int | None = None) -> None:  # fmt: skip
-        """Launch on the current stream (``stream``: its raw pointer, when the caller has it).
-        ``workspace``: a claimed KdaWorkspace, a uint8 scratch tensor, or None (scratch is then
+    def launch(self, call: PrefillCall, o, final_state, stream: int | None = None) -> None:
+        """Launch a call on the current stream (``stream``: its raw pointer, when the caller has it)
+        with its outputs ``o`` and ``final_state`` (a state pool is both its initial and final state).
+        ``call.workspace``: a claimed KdaWorkspace, a uint8 scratch tensor, or None (scratch is then
         allocated here when the route needs it). Every line here runs on every call."""
+        # One unpacking of the whole call (a tuple, every field named): cheaper than reading its fields one by one.
+        (q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, state_pool, state_indices, _out, _cu_seqlens_cpu,
+         workspace, _scale, _output_final_state, _route, _tuning, _fused, _state_v_first, _checkpoint_every,
+         checkpoints, _checkpoint_dtype) = call  # fmt: skip
+        if state_pool is not None:
+            initial_state = state_pool
         args = self.template.__class__.from_buffer_copy(self.template)
         # KdaArgs starts with the LEADING_POINTERS, in this order: one write sets them all.
         _POINTERS.from_buffer(args)[:] = (
@@ -106,17 +112,6 @@ class LaunchPlan:
 
 
 _POINTERS = ctypes.c_void_p * len(LEADING_POINTERS)  # KdaArgs' first fields
-
-
-def launch(problem: KdaProblem, device: DeviceInfo, route_id: int, q, k, v, g, beta, initial_state, cu_seqlens, o,
-           final_state, workspace, scale: float, tuning: int, fused: Fused = NONE, A_log=None,
-           dt_bias=None, state_indices=None, checkpoints=None) -> None:  # fmt: skip
-    """The launch itself, for inputs already checked and a route already decided: what an eager
-    prefill calls directly (torch's custom-op dispatch costs more host time than the whole launch),
-    and what the custom op calls under torch.compile."""
-    plan = LaunchPlan.of(problem, device, route_id, q, scale, tuning, fused, cu_seqlens, checkpoints)
-    plan.launch(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, A_log, dt_bias, state_indices,
-                checkpoints)  # fmt: skip
 
 
 @functools.cache

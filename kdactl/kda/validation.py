@@ -6,12 +6,14 @@ only outside CUDA graph capture (a capture cannot synchronize), where they are t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
 
+from kdactl.kda.call import PrefillCall
 from kdactl.kda.device import capturing
-from kdactl.kda.fused import Fused
+from kdactl.kda.fused import NONE, Fused
 from kdactl.kda.problem import GATE_DTYPES, KEY_DIMS, QKV_DTYPES, VALUE_DIMS, KdaProblem
 from kdactl.kernel_abi import CHUNK, GATE_SOFTPLUS, MAX_GRID_DIM
 
@@ -43,6 +45,40 @@ def _check_tensor(name, x, dtypes, ndim, device=None, require_cuda=True, runtime
 def _check_shape(name, x, shape):
     if tuple(x.shape) != tuple(shape):
         raise _fail(name, f"must have shape {tuple(shape)} to match q/v, got {tuple(x.shape)}")
+
+
+def validate_call(
+    call: PrefillCall, *, runtime: bool = True, require_cuda: bool = True
+) -> tuple[KdaProblem, PrefillCall]:
+    """Check every argument of a call; (its problem, the call with what validation settled: fused,
+    scale and the checkpoints buffer). ``runtime=False``: under torch.compile tracing (the op
+    repeats the pointer checks when it runs)."""
+    c = call
+    problem = validate(c.q, c.k, c.v, c.g, c.beta, c.scale, c.initial_state, c.cu_seqlens, cu_seqlens_cpu=c.cu_seqlens_cpu,
+                       require_cuda=require_cuda, runtime=runtime, state_v_first=c.state_v_first)  # fmt: skip
+    fused = NONE if c.fused is None else c.fused
+    if not isinstance(fused, Fused):
+        raise _fail("fused", f"must be a kdactl.kda.fused.Fused, got {type(fused).__name__}")
+    device = c.q.device
+    validate_fused(fused, c.A_log, c.dt_bias, problem, device, require_cuda=require_cuda, runtime=runtime)
+    validate_pool(c.state_pool, c.state_indices, problem, device, require_cuda=require_cuda, runtime=runtime)
+    if c.state_pool is not None:
+        if c.initial_state is not None or c.output_final_state or (isinstance(c.out, tuple) and c.out[1] is not None):
+            raise _fail("state_pool", "holds the initial and final states: give no initial_state, "
+                                      "output_final_state or final_state buffer with it")  # fmt: skip
+        if not runtime:
+            raise _fail("state_pool", "is not supported under torch.compile yet")
+        problem = dataclasses.replace(problem, state_pool=True)
+    checkpoints = c.checkpoints
+    if c.checkpoint_every is not None or checkpoints is not None or c.checkpoint_dtype is not None:
+        if not runtime:
+            raise _fail("checkpoints", "are not supported under torch.compile yet")
+        checkpoints = validate_checkpoints(c.checkpoint_every, checkpoints, problem, device, c.cu_seqlens,
+                                           c.cu_seqlens_cpu, dtype=c.checkpoint_dtype, require_cuda=require_cuda,
+                                           runtime=runtime)  # fmt: skip
+        problem = dataclasses.replace(problem, checkpoint_every=c.checkpoint_every)
+    scale = problem.key_dim**-0.5 if c.scale is None else float(c.scale)
+    return problem, c._replace(fused=fused, scale=scale, checkpoints=checkpoints)
 
 
 def validate(q, k, v, g, beta, scale, initial_state, cu_seqlens, *, cu_seqlens_cpu=None, require_cuda=True,
