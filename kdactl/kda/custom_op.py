@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from kdactl.kda.call import TENSOR_COUNT, PrefillCall
+from kdactl.kda.call import PrefillCall
 from kdactl.kda.device import device_info
 from kdactl.kda.fused import Fused
 from kdactl.kda.launch import LaunchPlan
@@ -51,7 +51,9 @@ def kda_prefill_(
     call = PrefillCall(q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, workspace=workspace, scale=scale,
                        route=route, tuning=tuning, fused=Fused(qk_l2norm, beta_mode, gate_mode, lower_bound),
                        state_v_first=state_v_first)  # fmt: skip
-    for name, t in (*zip(PrefillCall._fields, call[:TENSOR_COUNT]), ("o", o), ("final_state", final_state)):
+    tensors = dict(q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, cu_seqlens=cu_seqlens,
+                   o=o, final_state=final_state, A_log=A_log, dt_bias=dt_bias)  # fmt: skip
+    for name, t in tensors.items():
         if t is not None and t.numel() and t.data_ptr() % 16:
             raise ValueError(f"kdactl.kda.prefill: {name} must be 16-byte aligned")
     problem = KdaProblem.of(q, v, g, beta, cu_seqlens, state_v_first)

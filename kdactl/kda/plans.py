@@ -47,11 +47,6 @@ _PLANS: dict[tuple, CallPlan] = {}
 _Tensor = torch.Tensor
 
 
-def is_compiling() -> bool:
-    """Whether torch.compile is tracing this call (prefill asks before it has imported torch)."""
-    return torch.compiler.is_compiling()
-
-
 def run(options: tuple, call: PrefillCall):
     """A planned call's result, launched; None when it has no plan or fails a per-call check."""
     if _HOST is not None and call.q.is_cuda:  # CPU tensors (tests, beside GPU ones): the dict
