@@ -8,8 +8,9 @@ import torch
 
 from kdactl.jit import devcode
 from kdactl.jit.cache import sha256_file
+from kdactl.jit.resolver import TargetResolver
 from kdactl.jit.spec import kernel_library_spec
-from kdactl.targets import get_target, resolve_target, target_runs_on
+from kdactl.targets import get_target, target_runs_on
 
 pytestmark = [pytest.mark.gpu, pytest.mark.quick]
 
@@ -22,14 +23,11 @@ def _cc(device) -> tuple[int, int]:
 def test_target_matches_policy(kernels, settings, device):
     cc = _cc(device)
     assert target_runs_on(kernels.target, cc), f"library target {kernels.target} does not run on cc {cc[0]}.{cc[1]}"
-    if kernels.origin == "aot" and not settings.cuda_arch:
-        return  # a prebuilt bundle: the bundle chose by the nvcc that built it (kdactl.jit.aot)
     from kdactl.hw.toolkit import find_toolkit
 
-    toolkit = find_toolkit(settings.nvcc)
-    expected = resolve_target(cc, toolkit.version, settings.cuda_arch)
+    expected = TargetResolver.from_settings(settings).require(lambda: cc, lambda: find_toolkit(settings.nvcc).version)
     assert kernels.target == expected, (
-        f"library target {kernels.target}, expected {expected} for cc {cc[0]}.{cc[1]} with CUDA {toolkit.version_str}"
+        f"library target {kernels.target}, expected {expected} for cc {cc[0]}.{cc[1]} (kdactl.jit.resolver)"
     )
 
 

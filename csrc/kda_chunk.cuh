@@ -345,7 +345,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
   // W = M' (K e^G) and Qg = scale Q e^G, one key n-tile at a time. They are staged in shared memory
   // where their inputs were, each n-tile overwriting only what its own loads read (-W in k's place,
   // Qg in q's), and leave in 16-byte pieces of whole rows: stored from the mma layout, each 4-byte
-  // store touched 8 rows (the pass was bound by L1 throughput; staged, 10 % faster, csrc/PERF.md).
+  // store touched 8 rows (the pass was bound by L1 throughput; staged, 10 % faster, docs/routes/chunk.md).
   bf16(*w_st)[Sm::KP] = reinterpret_cast<bf16(*)[Sm::KP]>(&sm.k[0][0]);
   bf16(*q_st)[Sm::KP] = reinterpret_cast<bf16(*)[Sm::KP]>(&sm.q[0][0]);
   auto put = [](bf16* row, int c, uint32_t pair) { *reinterpret_cast<uint32_t*>(row + c) = pair; };

@@ -13,7 +13,7 @@ namespace {
 // a thread, 16 get 128); the policy (fused_producers) says how many run beside a walk, and when the
 // launcher takes the grid at all (fused_walk_warps: only when a tuning code asks, since the two
 // kernels got faster). Side by side at B1 T8192 H64 with 4-warp walks
-// (scripts/tune_chunk.py, csrc/PERF.md): 2 stages 0.726 ms, against 0.89 with 4 stages and 4
+// (tools/tune_chunk.py, docs/routes/chunk.md): 2 stages 0.726 ms, against 0.89 with 4 stages and 4
 // producers, 0.74 with 3. K = 64 takes 4: with 6 (10 warps, 168 registers) its walk spilled 156 bytes.
 constexpr int kStages = 2, kProducersMax = 8;
 constexpr size_t kSmemOptin = 227 * 1024;  // sm_90 and sm_100; smaller parts get no fused grid

@@ -31,7 +31,7 @@ inline int64_t recur_units(const kdactl_kda_args& a, int V, int warps) {
 // gives half the SMs a CTA (measured at B1 T8192 H64, scripts/tune_chunk.py: 0.911 ms against 0.945
 // with 2 warps), 8 (all 128 values of a head) where 4-warp CTAs outnumber the SMs and 8-warp ones
 // fit one wave (B1 T8192 H96 1.168 ms against 1.182, B2 T16384 H64 2.700 against 2.733, B8 T4096 H12
-// 0.600 against 0.608; csrc/PERF.md). A CTA of 4 warps or fewer with an SM to itself takes the deep
+// 0.600 against 0.608; docs/routes/chunk.md). A CTA of 4 warps or fewer with an SM to itself takes the deep
 // pipeline; otherwise two or three share an SM and hide each other's latency (8-warp CTAs: 4 stages,
 // 1.168 ms against 1.178 with 8 at H96).
 inline RecurShape pick_recur(const kdactl_kda_args& a, int sm_count) {
@@ -46,7 +46,7 @@ inline RecurShape pick_recur(const kdactl_kda_args& a, int sm_count) {
 // KDACTL_TUNING_FUSED digit asks for the two kernels (1) or the fused grid (2: walks of 8 warps when
 // its warps digit is 8, else 4). Auto takes the two kernels everywhere: since the recurrence forms
 // M' V and P U itself, the prepare writes 14.5 KB a block instead of 20.5 and the two kernels beat
-// the grid on every shape measured (scripts/tune_chunk.py --shapes ab, csrc/PERF.md), where it had
+// the grid on every shape measured (tools/tune_chunk.py --shapes ab, docs/routes/chunk.md), where it had
 // won before: B1 T8192 H64 0.655 ms against 0.766, H48 0.588 against 0.685, T4096 H64 0.337 against
 // 0.404. The grid's walks run beside producer warps that slow each chunk about 2x and, capped at 168
 // registers, spill.

@@ -33,12 +33,20 @@ class _JsonErrorsGroup(TyperGroup):
     """Click's own usage errors (an unknown option, a value of the wrong type: exit 2) end under
     --json as kdactl's own errors do: one line on stderr and one JSON document on stdout."""
 
-    def main(self, args: Sequence[str] | None = None, *rest: Any, standalone_mode: bool = True, **extra: Any) -> Any:
+    def main(  # type: ignore[override]  # click's main, with its arguments named (they are passed by name)
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
         argv = list(sys.argv[1:] if args is None else args)
+        named: dict[str, Any] = dict(prog_name=prog_name, complete_var=complete_var, **extra)
         if "--json" not in argv:
-            return super().main(argv, *rest, standalone_mode=standalone_mode, **extra)
+            return super().main(argv, standalone_mode=standalone_mode, **named)
         try:
-            code = super().main(argv, *rest, standalone_mode=False, **extra)
+            code = super().main(argv, standalone_mode=False, **named)
         except click.exceptions.ClickException as err:
             code = err.exit_code
             emit_error(err.format_message(), code, True, _command_name(getattr(err, "ctx", None)))
@@ -87,7 +95,7 @@ def build(
     as_json: bool = JsonOpt,
 ) -> None:
     """Build (JIT, cached) or load (AOT) the kernel library for this node, and run its self-test."""
-    from kdactl.jit.command import build_command
+    from kdactl.build_command import build_command
 
     _run(as_json, lambda s: build_command(s, targets=target, aot_dir=aot, as_json=as_json))
 

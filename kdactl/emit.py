@@ -16,7 +16,8 @@ if TYPE_CHECKING:  # rich is imported when something is printed: kdactl gate's s
 
 
 class Report(Protocol):
-    exit_code: int
+    @property
+    def exit_code(self) -> int: ...
 
     def to_json(self) -> dict[str, Any]: ...
 

@@ -17,9 +17,10 @@ from kdactl.hw.facts import GpuFacts, NodeFacts
 from kdactl.hw.nvml import NvmlUnavailable
 from kdactl.hw.providers import Providers, real_providers
 from kdactl.hw.toolkit import Toolkit
+from kdactl.jit.resolver import TargetResolver
 from kdactl.settings import Settings
 from kdactl.skus import SkuSpec, classify_sku  # classify_sku: a SPEC name of this module
-from kdactl.targets import decide_target, get_target, target_runs_on
+from kdactl.targets import target_runs_on
 
 __all__ = ["classify_sku", "gather_node", "detect_node", "NodeFacts", "GpuFacts", "Providers"]
 
@@ -31,15 +32,14 @@ def gather_node(settings: Settings, providers: Providers | None = None) -> NodeF
     """Read the node once. No driver or no GPU is not raised: it is ``NodeFacts.error`` with empty
     ``gpus`` (``require_gpus()`` raises NoGpu). An unknown KDACTL_CUDA_ARCH raises UsageError."""
     p = providers or real_providers(settings)
+    resolver = TargetResolver.from_settings(settings)
+    resolver.override_target()  # a typo in KDACTL_CUDA_ARCH is a configuration error, before anything runs
     override = settings.cuda_arch
-    if override:
-        get_target(override)  # a typo in KDACTL_CUDA_ARCH is a configuration error, before anything runs
     skus = p.skus()
     toolkit, toolkit_problem = _read_toolkit(p)
     torch = p.torch.read()
     driver, error = _read_driver(p)
-    aot = _aot_lookup(settings)
-    gpus = tuple(_gpu_facts(g, driver, torch, toolkit, override, aot) for g in (driver.gpus if driver else ()))
+    gpus = tuple(_gpu_facts(g, driver, torch, toolkit, resolver) for g in driver.gpus) if driver else ()
     if driver is not None and not gpus:
         error = f"no NVIDIA GPU: the driver ({driver.driver_version}) reports 0 GPUs"
     return NodeFacts(
@@ -84,28 +84,11 @@ def _read_driver(p: Providers) -> tuple[DriverInfo | None, str | None]:
         return None, str(err)
 
 
-def _aot_lookup(settings: Settings):
-    """cc -> the AOT bundle's target for it (None without a usable bundle): what the loader would take."""
-
-    def lookup(cc: Version) -> str | None:
-        if not settings.aot_dir:
-            return None
-        from kdactl.jit import aot
-
-        try:
-            return aot.target_for_device(settings.aot_dir, cc)
-        except (KdactlError, OSError, ValueError):
-            return None  # the loader reports a broken bundle when it opens it
-
-    return lookup
-
-
-def _gpu_facts(g: DriverGpu, driver: DriverInfo, torch: TorchInfo, toolkit: Toolkit | None, override: str | None,
-               aot=lambda cc: None) -> GpuFacts:  # fmt: skip
+def _gpu_facts(g: DriverGpu, driver: DriverInfo, torch: TorchInfo, toolkit: Toolkit | None,
+               resolver: TargetResolver) -> GpuFacts:  # fmt: skip
     dev = match_torch_device(g, torch, len(driver.gpus))
     sm = dev.sm_count if dev else None
-    target, reason = decide_target(g.cc, override=override, aot=aot(g.cc), toolkit=toolkit.version if toolkit else None,
-                                   driver_cuda=driver.cuda_driver)  # fmt: skip
+    target, reason = resolver.decide(g.cc, toolkit=toolkit.version if toolkit else None, driver_cuda=driver.cuda_driver)
     return GpuFacts(
         index=g.index,
         uuid=g.uuid,

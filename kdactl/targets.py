@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kdactl.errors import UnsupportedTarget, UsageError
@@ -12,8 +13,6 @@ Version = tuple[int, int]
 @dataclass(frozen=True)
 class Target:
     name: str  # e.g. "sm_90a"
-    gencode: str  # the one -gencode flag nvcc gets
-    define: str  # -D macro the kernels guard their arch-specific paths with
     min_cuda: Version  # oldest toolkit that can compile it
     portable_only: bool = False  # only the routes with no arch-specific code
 
@@ -22,16 +21,29 @@ class Target:
         """Numeric SM of the target (90 for sm_90a)."""
         return int("".join(c for c in self.name[3:] if c.isdigit()))
 
+    @property
+    def gencode(self) -> str:
+        """The one -gencode flag nvcc gets. A target without an a/f suffix also embeds its PTX, which
+        the driver can compile for a later GPU; arch-specific PTX runs on its own architecture only."""
+        virtual = self.name.replace("sm_", "compute_")
+        code = f"[{self.name},{virtual}]" if self.name[-1].isdigit() else self.name
+        return f"-gencode=arch={virtual},code={code}"
+
+    @property
+    def define(self) -> str:
+        """The -D macro the kernels guard their arch-specific paths with (csrc/common.cuh)."""
+        return "KDACTL_TARGET_" + self.name.upper().replace("_", "")
+
 
 TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
-        Target("sm_80", "-gencode=arch=compute_80,code=[sm_80,compute_80]", "KDACTL_TARGET_SM80", (12, 0), True),
-        Target("sm_90a", "-gencode=arch=compute_90a,code=sm_90a", "KDACTL_TARGET_SM90A", (12, 0)),
-        Target("sm_100a", "-gencode=arch=compute_100a,code=sm_100a", "KDACTL_TARGET_SM100A", (12, 8)),
-        Target("sm_100f", "-gencode=arch=compute_100f,code=sm_100f", "KDACTL_TARGET_SM100F", (12, 9)),
-        Target("sm_120a", "-gencode=arch=compute_120a,code=sm_120a", "KDACTL_TARGET_SM120A", (12, 8)),
-        Target("sm_120f", "-gencode=arch=compute_120f,code=sm_120f", "KDACTL_TARGET_SM120F", (12, 9)),
+        Target("sm_80", (12, 0), portable_only=True),
+        Target("sm_90a", (12, 0)),
+        Target("sm_100a", (12, 8)),
+        Target("sm_100f", (12, 9)),
+        Target("sm_120a", (12, 8)),
+        Target("sm_120f", (12, 9)),
     )
 }
 
@@ -46,9 +58,14 @@ RUNS_ON: dict[str, frozenset[Version]] = {
 }
 
 
+def _pair(version: Sequence[int]) -> Version:
+    """(major, minor) of a version given as any sequence (JSON gives lists; a patch level is ignored)."""
+    return int(version[0]), int(version[1])
+
+
 def select_target(cc: Version, cuda: Version) -> str:
     """The SPEC target policy. Raises UnsupportedTarget with the reason."""
-    cc, cuda = tuple(cc), tuple(cuda)
+    cc, cuda = _pair(cc), _pair(cuda)
     if cuda < (12, 0):
         raise UnsupportedTarget(f"CUDA toolkit {_v(cuda)} is older than 12.0; no target for cc {_v(cc)}")
     if cc == (9, 0):
@@ -72,7 +89,8 @@ def select_target(cc: Version, cuda: Version) -> str:
 
 def decide_target(cc: Version, *, override: str | None = None, aot: str | None = None, toolkit: Version | None = None,
                   driver_cuda: Version | None = None) -> tuple[str | None, str]:  # fmt: skip
-    """The one target resolver: (target, how it was chosen) or (None, why there is none). Pure.
+    """The policy's decision: (target, how it was chosen) or (None, why there is none). Pure; its one
+    caller is kdactl.jit.resolver.TargetResolver, which gathers these inputs.
 
     KDACTL_CUDA_ARCH (``override``), else the AOT bundle's entry for this device (``aot``: it is
     what the loader would load), else the SPEC policy with the nvcc's CUDA (``toolkit``), else with
@@ -94,13 +112,6 @@ def decide_target(cc: Version, *, override: str | None = None, aot: str | None =
         return select_target(cc, cuda), f"cc {cc[0]}.{cc[1]} with {basis}"
     except UnsupportedTarget as err:
         return None, str(err)
-
-
-def resolve_target(cc: Version, cuda: Version, override: str | None = None) -> str:
-    """select_target, unless KDACTL_CUDA_ARCH (``override``) names a target."""
-    if override:
-        return get_target(override).name
-    return select_target(cc, cuda)
 
 
 def get_target(name: str) -> Target:

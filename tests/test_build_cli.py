@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from kdactl.cli import app
 from kdactl.errors import Inconclusive, NoGpu, UnsupportedTarget
-from kdactl.jit.command import build_command
+from kdactl.build_command import build_command
 from kdactl.jit.library import Kernels
 from kdactl.jit.selftest import SelftestResult
 from kdactl.jit.spec import kernel_library_spec

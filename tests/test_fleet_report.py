@@ -83,8 +83,8 @@ def test_problem_nodes_most_severe_first_with_kinds(fleet):
     assert probs["gpu-c"]["verdict"] == "not_certified" and any("wrong-result" in x for x in probs["gpu-c"]["problems"])
     assert probs["vm"]["severity"] == "inconclusive" and any("fault injected" in x for x in probs["vm"]["problems"])
     kinds = {k["kind"]: k["nodes"] for k in rep.kinds}
-    assert kinds == {"fail: route_smoke[direct]": 1, "error: detect": 1, "drifted": 1, "fault injected": 2}
-    assert rep.kinds[0]["kind"] == "fail: route_smoke[direct]" and rep.problem_nodes == 3
+    assert kinds == {"fail: suite.test_routes::test_route_smoke[direct]": 1, "error: detect": 1, "drifted": 1, "fault injected": 2}
+    assert rep.kinds[0]["kind"] == "fail: suite.test_routes::test_route_smoke[direct]" and rep.problem_nodes == 3
 
 
 def test_severity_not_alphabet_orders_the_problem_nodes(tmp_path, target):
@@ -94,7 +94,7 @@ def test_severity_not_alphabet_orders_the_problem_nodes(tmp_path, target):
     ingest_command(cf.settings(tmp_path), paths, db=target, now=lambda: ff.NOW)
     doc = _report(target, now=ff.after(2)).to_json()
     assert [(p["node"], p["severity"]) for p in doc["problems"]["rows"]] == [("zzz", "not certified"), ("aaa", "inconclusive"), ("mmm", "expired")]
-    assert doc["summary"][0]["expired"] == 1 and doc["problem_kinds"][0]["kind"] == "fail: route_smoke[direct]"
+    assert doc["summary"][0]["expired"] == 1 and doc["problem_kinds"][0]["kind"] == "fail: suite.test_routes::test_route_smoke[direct]"
 
 
 def test_paging_and_since_in_sql(fleet):

@@ -88,7 +88,7 @@ def test_store_keeps_columns_perf_and_problems(tmp_path, target):
         assert rows == [("gpu-a", "H200", "certified", "2026-12-06T12:00:00Z", 2), ("gpu-c", "H200", "not_certified", "2026-12-07T12:00:00Z", 2)]
         assert st.db.rows("SELECT COUNT(*) FROM perf")[0][0] == 8  # 2 shapes x 2 GPUs x 2 certificates
         kinds = {k for (k,) in st.db.rows("SELECT kind FROM problems")}
-        assert kinds == {"fail: route_smoke[direct]", "fault injected"}
+        assert kinds == {"fail: suite.test_routes::test_route_smoke[direct]", "fault injected"}
         from kdactl.fleet.store import decode
 
         assert decode(st.db.rows("SELECT doc FROM docs ORDER BY cert_id")[0][0]) == json.loads(a.read_text())

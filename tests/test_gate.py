@@ -1,5 +1,5 @@
 """kdactl gate: certificate checks, the node fingerprint comparison, exit codes, no torch (its start-up:
-tests/test_gate_startup.py; its time: scripts/bench_gate.py)."""
+tests/test_gate_startup.py; its time: tools/bench_gate.py)."""
 
 import json
 import subprocess

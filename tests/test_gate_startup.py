@@ -1,5 +1,5 @@
 """kdactl gate's start-up: the console script answers a plain ``kdactl gate`` without typer, pydantic
-or torch (what it imports is what it costs; scripts/bench_gate.py measures the time), and answers it
+or torch (what it imports is what it costs; tools/bench_gate.py measures the time), and answers it
 as the typer command does."""
 
 import json

@@ -14,18 +14,9 @@ import pytest
 from kdactl.errors import EXIT_INCONCLUSIVE, BuildError, ToolMissing, UsageError
 from kdactl.hw.toolkit import Toolkit, find_toolkit
 from kdactl.jit import aot, library
-from kdactl.jit.command import compile_targets
-from kdactl.jit.library import (
-    EXPECTED_CONSTANTS,
-    KdaArgs,
-    KernelArgumentError,
-    KernelError,
-    Kernels,
-    check_tables,
-    load_kernels,  # fmt: skip
-    open_kernels,
-    open_library,
-)
+from kdactl.build_command import compile_targets
+from kdactl.jit.library import (EXPECTED_CONSTANTS, KdaArgs, KernelArgumentError, Kernels, KernelError, check_tables,
+                                load_kernels, open_kernels, open_library)  # fmt: skip
 from kdactl.jit.selftest import BLOCK, compare, expected_values, mix, run_selftest
 from kdactl.kernel_abi import ROUTES
 from kdactl.settings import Settings

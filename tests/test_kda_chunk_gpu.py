@@ -90,7 +90,7 @@ def test_chunk_gates(g_range, path):
 
 def test_chunk_weak_decay_long_sequence(path):
     """Gates near 0 forget nothing, so rounding error adds up over the whole sequence: the hardest
-    regime for the bf16 operands (scripts/chunk_precision.py emulates about 4.4e-3 here)."""
+    regime for the bf16 operands (tools/chunk_precision.py emulates about 4.4e-3 here)."""
     x, s0 = make_inputs(1, 4096, 2, device="cuda", state_n=1, g_range=(-0.001, 0.0), seed=3)
     _check(x, s0, route="chunk", tuning=path)
 

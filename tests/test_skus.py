@@ -29,7 +29,11 @@ def test_targets_agree_with_the_policy(sku):
             want = select_target(spec.cc, cuda)
         except UnsupportedTarget:
             want = None
-        assert spec.target_for(cuda) == want, (sku, cuda)
+        got = spec.target_for(cuda)
+        assert got == want, (
+            f"fleet/skus.toml [{sku}.targets] gives {got or 'no target'} for CUDA {cuda[0]}.{cuda[1]} on cc "
+            f"{spec.cc[0]}.{spec.cc[1]}, kdactl.targets.select_target {want or 'no target'}"
+        )
 
 
 @pytest.mark.parametrize("sku", SKU_NAMES)

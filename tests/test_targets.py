@@ -3,7 +3,8 @@
 import pytest
 
 from kdactl.errors import UnsupportedTarget, UsageError
-from kdactl.targets import TARGETS, get_target, parse_target_list, resolve_target, select_target, target_runs_on
+from kdactl.jit.resolver import TargetResolver
+from kdactl.targets import TARGETS, get_target, parse_target_list, select_target, target_runs_on
 
 # (cc, cuda) -> target, one case per SPEC row and its edges.
 SUPPORTED = [
@@ -45,22 +46,38 @@ def test_unsupported_is_inconclusive_exit_3():
     assert info.value.exit_code == 3
 
 
+def _require(cc, cuda, override):
+    return TargetResolver(override).require(lambda: cc, lambda: cuda)
+
+
 def test_override_wins_even_where_the_policy_has_no_target():
-    assert resolve_target((9, 0), (13, 0), "sm_100f") == "sm_100f"
-    assert resolve_target((7, 5), (11, 0), "sm_80") == "sm_80"
-    assert resolve_target((9, 0), (13, 0), None) == "sm_90a"
+    assert _require((9, 0), (13, 0), "sm_100f") == "sm_100f"
+    assert _require((7, 5), (11, 0), "sm_80") == "sm_80"
+    assert _require((9, 0), (13, 0), None) == "sm_90a"
 
 
 def test_unknown_override_is_usage_error():
     with pytest.raises(UsageError, match="unknown kernel target 'sm_91'"):
-        resolve_target((9, 0), (13, 0), "sm_91")
+        _require((9, 0), (13, 0), "sm_91")
 
 
-def test_each_target_has_exactly_one_gencode_and_its_define():
+def test_each_target_has_exactly_one_gencode():
     for name, t in TARGETS.items():
         assert t.gencode.startswith("-gencode=") and t.gencode.count("-gencode") == 1
         assert name.replace("sm_", "") in t.gencode
-        assert t.define == "KDACTL_TARGET_" + name.upper().replace("_", "")
+
+
+def test_nvcc_flags_are_the_ones_the_build_keys_were_made_with():
+    # the flags are part of every library's build key: another spelling rebuilds every cache and
+    # makes every certificate's fingerprint differ
+    assert {t.name: (t.gencode, t.define) for t in TARGETS.values()} == {
+        "sm_80": ("-gencode=arch=compute_80,code=[sm_80,compute_80]", "KDACTL_TARGET_SM80"),
+        "sm_90a": ("-gencode=arch=compute_90a,code=sm_90a", "KDACTL_TARGET_SM90A"),
+        "sm_100a": ("-gencode=arch=compute_100a,code=sm_100a", "KDACTL_TARGET_SM100A"),
+        "sm_100f": ("-gencode=arch=compute_100f,code=sm_100f", "KDACTL_TARGET_SM100F"),
+        "sm_120a": ("-gencode=arch=compute_120a,code=sm_120a", "KDACTL_TARGET_SM120A"),
+        "sm_120f": ("-gencode=arch=compute_120f,code=sm_120f", "KDACTL_TARGET_SM120F"),
+    }
 
 
 def test_parse_target_list():

@@ -44,6 +44,7 @@ class TorchHarness:
         self.flusher = L2Flusher(self.device, getattr(self.props, "L2_cache_size", None))
         self.timer, self.timer_note = make_timer(self.device, timer)
         self._inputs: dict[str, Any] | None = None
+        self._ref: Any = None  # the fp64 reference of the current shape's inputs
         self._graphs: list[Any] = []  # --host: captured graphs, kept alive while their shape runs
         log.info("bench on %s (cc %d.%d, %d SMs), timer %s (%s), L2 flush %d MiB", self.props.name,
                  self.props.major, self.props.minor, self.props.multi_processor_count, self.timer.name,
@@ -80,7 +81,7 @@ class TorchHarness:
             "grad_mode": "torch.set_grad_enabled(False): inference, as when serving",
         }  # fmt: skip
 
-    def candidates(self, shape: Shape, routes: Sequence[str], peers: Sequence[str]) -> list[Candidate]:
+    def candidates(self, shape: Shape, routes: Sequence[str] | None, peers: Sequence[str]) -> list[Candidate]:
         from kdactl.bench.candidates import make_inputs, own_candidates, reference
         from kdactl.bench.peers import peer_candidates
 

@@ -145,7 +145,10 @@ def host_rows(runs: list[ShapeRun]) -> tuple[list[str], list[list[str]]]:
                 mark = "" if o is None else MARK.get(o.status, o.status)
                 row += [mark, mark]
                 continue
-            row += [_us(o.host.eager_us, base and base.eager_us, n), _us(o.host.replay_us, base and base.replay_us, n)]
+            row += [
+                _us(o.host.eager_us, base.eager_us if base else None, n),
+                _us(o.host.replay_us, base.replay_us if base else None, n),
+            ]
         body.append(row)
     return head, body
 
@@ -195,9 +198,9 @@ class BenchReport:
         out += [
             f"{r.shape.key} {o.name} [{o.status}]: {o.reason}" for r in self.runs for o in r.outcomes if o.status != OK
         ]
-        out += [f"{r.shape.key} {o.name} {IMPRECISE}: timed, but its error ratio (o {o.check.o_err:.2e}, state "
-                f"{o.check.state_err:.2e}) is over the SPEC's {o.check.limit:g} (a peer is timed up to "
-                f"{PEER_TIMED_LIMIT:g})" for r in self.runs for o in r.outcomes if o.imprecise]  # fmt: skip
+        out += [f"{r.shape.key} {o.name} {IMPRECISE}: timed, but its error ratio (o {c.o_err:.2e}, state "
+                f"{c.state_err:.2e}) is over the SPEC's {c.limit:g} (a peer is timed up to {PEER_TIMED_LIMIT:g})"
+                for r in self.runs for o in r.outcomes if o.imprecise and (c := o.check) is not None]  # fmt: skip
         out += [f"{r.shape.key} {o.name}: no replay figure: {o.host.replay_note}" for r in self.runs for o in r.outcomes
                 if o.host is not None and o.host.replay_note]  # fmt: skip
         return out

@@ -159,6 +159,7 @@ def run_bench(settings: Settings, options: BenchOptions, harness_factory: Callab
         info, req.plan, options.warmup, runs, rows, code, reasons, baseline_path=path, host=options.host
     )
     if options.record_baseline:
+        assert path is not None  # _baseline_for names the file whenever a baseline is recorded
         _record(report, path, old, info, options.tolerance)
     _write_files(report, options)
     return report

@@ -101,9 +101,9 @@ KIMI_LINEAR_HEADS, KIMI_LINEAR_SEQLENS = (4, 8, 16, 32), (8192, 32768)  # Kimi-L
 SUITES: dict[str, tuple[Shape, ...]] = {
     # Seconds on a GPU: the perf gate that certify runs.
     "smoke": (fixed(1, 4096, 8), fixed(2, 1024, 16), varlen((17, 300, 1000), 4)),
-    # Few heads, long sequences (issue 5).
+    # Few heads, long sequences.
     "small-bh": (fixed(1, 65536, 8), fixed(1, 65536, 4), fixed(1, 131072, 1), fixed(1, 1048576, 1)),
-    # Serving prefill (issue 4).
+    # Serving prefill.
     "serving": SERVING,
     # What serving engines run (FlashKDA's math): the serving shapes and per-rank head counts.
     "production": _in(
@@ -124,7 +124,7 @@ SUITES: dict[str, tuple[Shape, ...]] = {
 }
 SUITE_NAMES = (*SUITES, "all")
 # What --host measures when no shape is named: a decode-sized prefill, where the host's cost of
-# issuing the call, not the GPU's time, is what a serving engine waits on (issue 16).
+# issuing the call, not the GPU's time, is what a serving engine waits on.
 HOST_SHAPES = (fixed(1, 64, 4), varlen((16, 64, 32, 128), 4))
 
 
@@ -192,4 +192,9 @@ def resolve_shapes(suite: str | None, shapes=(), varlens=(), heads: int | None =
             )
         picked = [dataclasses.replace(s, gate_params=gate_params) if CONFIGS[s.config].fused else s for s in picked]
     seen: set[str] = set()
-    return [s for s in picked if not (s.key in seen or seen.add(s.key))]
+    unique = []
+    for s in picked:
+        if s.key not in seen:
+            seen.add(s.key)
+            unique.append(s)
+    return unique

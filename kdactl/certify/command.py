@@ -75,13 +75,13 @@ class CertifyOptions:
 class Deps:
     """Everything certify reads from the world; tests replace any of them."""
 
-    gather: Callable[[Settings], Any] = None  # type: ignore[assignment]  # -> NodeFacts
+    gather: Callable[[Settings], Any] | None = None  # -> NodeFacts
     runner: StageRunner | None = None  # default: SubprocessRunner (one worker process per stage)
     plan: Plan | None = None  # default: stages.default_plan(quick)
     progress: Progress | None = None
     now: Callable[[], datetime] = cert_mod.now_utc
     hostname: Callable[[], str] = socket.gethostname
-    sanitizer_version: Callable[[Settings], str | None] = None  # type: ignore[assignment]
+    sanitizer_version: Callable[[Settings], str | None] | None = None
     artifacts: Callable[[Settings, set[str]], tuple[dict, dict]] = fp.artifacts_for  # type: ignore[assignment]
 
 

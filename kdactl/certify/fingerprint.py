@@ -97,22 +97,12 @@ def _artifact(manifest: Mapping[str, Any]) -> tuple[Artifact | None, str]:
 def node_targets(
     settings: Settings, ccs: Iterable[Version], toolkit: Version | None, fallback: Iterable[str]
 ) -> set[str]:
-    """The targets the node would load now: KDACTL_CUDA_ARCH, else an AOT entry for the device,
-    else the SPEC policy with this nvcc; ``fallback`` (the certified targets) where none decides."""
-    from kdactl.targets import decide_target, get_target
+    """The targets the node would load now (kdactl.jit.resolver: KDACTL_CUDA_ARCH, else an AOT entry
+    for the device, else the SPEC policy with this nvcc); ``fallback`` (the certified targets) where
+    none decides."""
+    from kdactl.jit.resolver import TargetResolver
 
-    if settings.cuda_arch:
-        return {get_target(settings.cuda_arch).name}
-    out: set[str] = set()
-    for cc in set(ccs):
-        found = None
-        if settings.aot_dir:
-            from kdactl.jit import aot
-
-            found = aot.target_for_device(settings.aot_dir, cc)
-        target, _ = decide_target(cc, aot=found, toolkit=toolkit)
-        out.add(target) if target else out.update(fallback)
-    return out
+    return TargetResolver.from_settings(settings).targets_for(ccs, toolkit, fallback)
 
 
 def artifacts_for(
@@ -143,7 +133,7 @@ def compare(recorded: Mapping[str, Any], now: Fingerprint) -> list[str]:
     then_art = recorded.get(field_) or {}
     for target, art in sorted(now.artifacts.items()):
         before = then_art.get(target)
-        cur = art and (art.build if field_ == "artifact_build" else art.sha256)
+        cur = None if art is None else art.build if field_ == "artifact_build" else art.sha256
         if before is None:
             out.append(
                 f"kernel library {target}: not certified (certificate covers {', '.join(sorted(then_art)) or 'no library'})"

@@ -266,7 +266,7 @@ class SubprocessRunner:
             return read_result(spec.name, result, done.returncode, log, done.duration_s)
 
 
-def read_result(stage: str, result: Path, rc: int, log: Path, took: float) -> list[CheckResult]:
+def read_result(stage: str, result: Path, rc: int | None, log: Path, took: float) -> list[CheckResult]:
     """The worker's results, or one error saying how it died."""
     if rc != 0:
         return [error(stage, f"worker {_how(rc)}; no result; log {log}{_tail(log)}", duration_s=took)]
@@ -281,7 +281,9 @@ def read_result(stage: str, result: Path, rc: int, log: Path, took: float) -> li
         ]
 
 
-def _how(rc: int) -> str:
+def _how(rc: int | None) -> str:
+    if rc is None:
+        return "never exited"
     if rc < 0:
         try:
             return f"was killed by {signal.Signals(-rc).name} (crashed)"

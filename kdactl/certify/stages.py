@@ -136,7 +136,7 @@ def host_module_check(ctx: StageContext) -> CheckResult:
 
 
 def suite_stage(ctx: StageContext) -> list[CheckResult]:
-    """The validation suite (checks/) on this GPU: kdactl.suite.run_suite (issue 6)."""
+    """The validation suite (checks/) on this GPU: kdactl.suite.run_suite."""
     from kdactl.suite import run_suite
 
     # The children see this worker's own GPU (its UUID, set by the orchestrator), not an index.

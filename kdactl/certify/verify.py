@@ -34,8 +34,10 @@ class VerifyReport:
 
     def to_json(self) -> dict[str, Any]:
         d = self.doc or {}
-        integrity = d.get("integrity") if isinstance(d.get("integrity"), dict) else {}
-        node = d.get("node") if isinstance(d.get("node"), dict) else {}  # a malformed one is a failure, listed
+        integrity: dict[str, Any] = d["integrity"] if isinstance(d.get("integrity"), dict) else {}
+        node: dict[str, Any] = (
+            d["node"] if isinstance(d.get("node"), dict) else {}
+        )  # a malformed one is a failure, listed
         return {"command": "verify", "path": self.path, "valid": not self.failures, "exit_code": self.exit_code,
                 "verdict": d.get("verdict"), "scope": d.get("scope"), "hostname": node.get("hostname"),
                 "issued_at": d.get("issued_at"), "expires_at": d.get("expires_at"), "sha256": integrity.get("sha256"),

@@ -98,7 +98,7 @@ def extract(doc: Mapping[str, Any]) -> Extracted:
     gpus = [g for g in _list(doc.get("gpus")) if isinstance(g, dict)]
     by_index = {g["index"]: g for g in gpus if isinstance(g.get("index"), int) and not isinstance(g.get("index"), bool)}
     sku = clip("+".join(sorted({clip(g.get("sku"), NAME_MAX) for g in gpus})) or NO_GPU, NAME_MAX)
-    results = [r for r in _list(doc.get("results")) if isinstance(r, dict)]
+    results: list[Mapping[str, Any]] = [r for r in _list(doc.get("results")) if isinstance(r, dict)]
     fault = _dict(doc.get("options")).get("fault")
     cert = {
         "digest": clip(digest, 64), "node": clip(host, NAME_MAX), "sku": sku, "verdict": verdict,

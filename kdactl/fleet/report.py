@@ -128,7 +128,8 @@ def _totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def perf_rows(medians: list[tuple]) -> list[dict[str, Any]]:
     """Rows per (SKU, shape, unit), then one geomean row per SKU over the shapes with a baseline."""
-    rows, logs = [], {}
+    rows: list[dict[str, Any]] = []
+    logs: dict[str, list[float]] = {}
     for sku, shape, unit, n, m, b in medians:
         lr = log_ratio(m, b)
         if lr is not None:

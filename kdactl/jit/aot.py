@@ -18,11 +18,10 @@ from typing import Any
 
 from kdactl import __version__
 from kdactl.atomic import write_json_atomic
-from kdactl.errors import UnsafeCache, UnsupportedTarget
+from kdactl.errors import UnsafeCache
 from kdactl.jit import cache
 from kdactl.jit.build import BuildResult
 from kdactl.jit.spec import JitSpec
-from kdactl.targets import select_target, target_runs_on
 
 log = logging.getLogger("kdactl.jit")
 
@@ -66,21 +65,6 @@ def find_entry(aot_dir: Path, spec: JitSpec) -> AotEntry | None:
         log.warning("kdactl: ignoring AOT entry %s: %s", directory, found.reason)
         return None
     return AotEntry(target, directory, found.manifest or {})
-
-
-def target_for_device(aot_dir: Path, cc: tuple[int, int]) -> str | None:
-    """The bundle target for a device: the one the SPEC policy picks for the nvcc that built it,
-    else any that runs on the device."""
-    entries = read_index(aot_dir)
-    candidates = [t for t in entries if target_runs_on(t, cc)]
-    for target in candidates:
-        try:
-            cuda = tuple(int(x) for x in str(entries[target].get("nvcc_version", "")).split(".")[:2])
-            if len(cuda) == 2 and select_target(cc, cuda) == target:  # type: ignore[arg-type]
-                return target
-        except (ValueError, UnsupportedTarget):
-            continue
-    return candidates[0] if candidates else None
 
 
 def write_bundle(aot_dir: Path, results: list[BuildResult]) -> Path:

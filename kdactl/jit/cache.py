@@ -17,6 +17,7 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,7 +98,7 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     return data
 
 
-def build_key(manifest: dict[str, Any]) -> str:
+def build_key(manifest: Mapping[str, Any]) -> str:
     """sha256 naming a build's inputs, from its manifest: the source hash (sources, headers, flags,
     target, kdactl version; JitSpec.source_hash) and the nvcc that compiled them (its --version
     banner; the version when there is none). Not the library's bytes, which differ from build to

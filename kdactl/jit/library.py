@@ -16,15 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kdactl.errors import BuildError, Inconclusive, NoGpu, ToolMissing, UnsupportedTarget
+from kdactl.errors import BuildError, Inconclusive, NoGpu, ToolMissing
 from kdactl.hw.toolkit import Toolkit, find_toolkit
 from kdactl.jit import aot
 from kdactl.jit.build import build_library, lookup_cached
 from kdactl.jit.progress import BuildProgress
+from kdactl.jit.resolver import TargetResolver
 from kdactl.jit.spec import kernel_library_spec
 from kdactl.kernel_abi import ABI_VERSION, ERR_WRONG_DEVICE, EXPECTED_CONSTANTS, ROUTES, KdaArgs
 from kdactl.settings import Settings
-from kdactl.targets import decide_target, get_target
+from kdactl.targets import get_target
 
 log = logging.getLogger("kdactl.jit")
 
@@ -238,17 +239,12 @@ def clear_loaded() -> None:
 
 
 def choose_target(settings: Settings, target_name: str | None, toolkit_provider: ToolkitProvider) -> str:
-    """Explicit name, else KDACTL_CUDA_ARCH, else the current device: an AOT entry that runs on it,
-    else the SPEC policy for this device and the local nvcc."""
-    if target_name or settings.cuda_arch:  # named: no device or toolkit to consult
-        return get_target(target_name or settings.cuda_arch or "").name
-    cc = current_device_cc()
-    found = aot.target_for_device(settings.aot_dir, cc) if settings.aot_dir else None
-    toolkit = None if found else _toolkit_or_explain(settings, None, toolkit_provider).version
-    target, why = decide_target(cc, aot=found, toolkit=toolkit)
-    if target is None:
-        raise UnsupportedTarget(why)
-    return target
+    """Explicit name, else the resolver's target for the current device (KDACTL_CUDA_ARCH, else an
+    AOT entry that runs on it, else the SPEC policy for this device and the local nvcc)."""
+    if target_name:  # named: no device or toolkit to consult
+        return get_target(target_name).name
+    resolver = TargetResolver.from_settings(settings)
+    return resolver.require(current_device_cc, lambda: _toolkit_or_explain(settings, None, toolkit_provider).version)
 
 
 def current_device_cc() -> tuple[int, int]:

@@ -66,7 +66,7 @@ def _chunk(p: KdaProblem, dev: DeviceInfo) -> str | None:
 # segments as make the reduction one wave of the CTAs an SM holds (4 warps and 77 KB of shared
 # memory each: 2 on an H200 SM, as csrc/kda_small_bh.cu asserts), and at least SMALL_BH_MIN_SEGMENT
 # chunks each. The stitch costs about 3 us per segment against about 1 us per chunk of the two
-# recurrence passes (H200, scripts/kernel_times.py), so time ~ 2 L + 3 P over P segments of
+# recurrence passes (H200, tools/kernel_times.py), so time ~ 2 L + 3 P over P segments of
 # L = chunks / P chunks: at most sqrt(chunks / 2) segments (B1 T1024 H1 with 32 segments of 2 chunks
 # measured 0.116 ms, chunk 0.046).
 SMALL_BH_MIN_SEGMENT = 2
@@ -134,7 +134,7 @@ ROUTE_TABLE: tuple[Route, ...] = (
 )
 
 # The chunked route takes sequences that average at least one chunk. Measured on the H200
-# (csrc/PERF.md): at B4 H8 it beats direct from T = 16 on (0.012 vs 0.025 ms; 0.037 vs 0.238 ms at
+# (docs/routes/direct.md): at B4 H8 it beats direct from T = 16 on (0.012 vs 0.025 ms; 0.037 vs 0.238 ms at
 # T = 256); below one chunk nothing was measured and the single-launch direct route stays.
 CHUNK_MIN_TOKENS = 16
 
@@ -146,7 +146,7 @@ def tokens_per_sequence(p: KdaProblem) -> float:
 
 
 # small_bh takes over from chunk once its plan has this many segments per sequence and the sequences
-# are this long. Measured on the H200 (csrc/PERF.md), chunk / small_bh ms: B1 T8192 H21 (4 segments)
+# are this long. Measured on the H200 (docs/routes/small_bh.md), chunk / small_bh ms: B1 T8192 H21 (4 segments)
 # 0.445 / 0.410, B1 T4096 H8 (7) 0.201 / 0.122, B1 T1024 H4 (5) 0.055 / 0.043, B4 T1024 H2 (5)
 # 0.056 / 0.051, and the other way round at B1 T8192 H24 (3) 0.457 / 0.502, B1 T512 H4 (4) 0.033 /
 # 0.034, B1 T256 H1 (2) 0.022 / 0.026.
@@ -201,8 +201,9 @@ def _decide_route(problem: KdaProblem, device: DeviceInfo, route: str) -> RouteD
     rejected: dict[str, str] = {}
     chosen = None
     for name, why in preference(problem, device):
-        if verdicts[name] is not None:
-            rejected[name] = verdicts[name]
+        verdict = verdicts[name]
+        if verdict is not None:
+            rejected[name] = verdict
         elif chosen is None:
             chosen = name
         else:

@@ -1,7 +1,7 @@
 """Per-kernel GPU time of one route on one shape (torch.profiler over a few calls, warm L2): where a
 multi-kernel route spends its time.
 
-    python3 scripts/kernel_times.py [--config plain|bound|softplus] [--gates test|init] ROUTE B,T,H [...]
+    python3 tools/kernel_times.py [--config plain|bound|softplus] [--gates test|init] ROUTE B,T,H [...]
 
 A tuning code may follow the route: chunk:100 (its two kernels), chunk:200 (its fused grid).
 --config: plain is a precomputed log decay with q and k normalized; bound and softplus are the serving

@@ -1,5 +1,5 @@
 """Summarize the error ratios the GPU tests print into their JUnit files (pytest -o junit_logging=system-out):
-one line per test, then the largest o and state ratios.   python3 scripts/error_ratios.py OUT/gpu.xml ..."""
+one line per test, then the largest o and state ratios.   python3 tools/error_ratios.py OUT/gpu.xml ..."""
 import re
 import sys
 import xml.etree.ElementTree as ET

@@ -5,8 +5,8 @@ reference. A and P as the prepare forms them: factored on tf32 operands where th
 kShiftLimit, else term by term in fp32 (its exact path).
 An emulation, not a measurement of the kernel: keep its rounding points in step with csrc/kda_chunk.cuh.
 
-    python3 scripts/chunk_precision.py --T 4096 --H 2 --g 0
-    python3 scripts/chunk_precision.py --fla-gate-case   # fla's test_fused_recurrent_gate_in_kernel draw:
+    python3 tools/chunk_precision.py --T 4096 --H 2 --g 0
+    python3 tools/chunk_precision.py --fla-gate-case   # fla's test_fused_recurrent_gate_in_kernel draw:
         # fp16 q/k/v (q, k L2-normalized), softplus gate from A_log = log U(1,16), h0 ~ N(0,1), scale 1
 """
 import argparse

@@ -1,8 +1,8 @@
 """Wall time of ``kdactl gate`` as Slurm and a readiness probe run it: a fresh process each time.
 
-    python3 scripts/bench_gate.py              # this node's own certificate and environment (a GPU node)
-    python3 scripts/bench_gate.py --fake -n 30 # a fake 8-GPU certificate in a temporary data dir (any machine)
-    python3 scripts/bench_gate.py --fake --signed  # the same, node-signed, gate given the trusted key
+    python3 tools/bench_gate.py              # this node's own certificate and environment (a GPU node)
+    python3 tools/bench_gate.py --fake -n 30 # a fake 8-GPU certificate in a temporary data dir (any machine)
+    python3 tools/bench_gate.py --fake --signed  # the same, node-signed, gate given the trusted key
 
 Prints the median, min and max of N runs (after one untimed run that warms the page cache), the
 exit codes seen, and the gate's first line. ``--cmd`` times another command line instead (e.g.

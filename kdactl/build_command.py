@@ -11,14 +11,16 @@ from typing import Any
 
 from rich.console import Console
 
-from kdactl.errors import EXIT_INCONCLUSIVE, EXIT_NOT_CERTIFIED, EXIT_PASS, Inconclusive, NoGpu, UnsupportedTarget
+from kdactl.errors import EXIT_INCONCLUSIVE, EXIT_NOT_CERTIFIED, EXIT_PASS, NoGpu
 from kdactl.hw.toolkit import find_toolkit
 from kdactl.jit import aot
 from kdactl.jit.build import BuildResult, build_library, lookup_cached
 from kdactl.jit.library import Kernels, ToolkitProvider, open_kernels
 from kdactl.jit.progress import BuildProgress, NullProgress, make_progress
+from kdactl.jit.resolver import TargetResolver
 from kdactl.jit.selftest import SelftestResult, run_selftest
 from kdactl.jit.spec import kernel_library_spec
+from kdactl.node import NodeFacts, gather_node
 from kdactl.settings import Settings
 from kdactl.targets import Target, get_target, parse_target_list
 
@@ -88,15 +90,9 @@ class BuildReport:
             console.print(note, markup=False)
 
 
-NodeProvider = Callable[[Settings], Any]  # -> kdactl.node.NodeFacts
+NodeProvider = Callable[[Settings], NodeFacts]
 Loader = Callable[[Settings, str, ToolkitProvider, "Path | None", BuildProgress], Kernels]
 SelftestRunner = Callable[[Kernels, int], SelftestResult]
-
-
-def _gather_node(settings: Settings) -> Any:
-    from kdactl.node import gather_node
-
-    return gather_node(settings)
 
 
 def _torch_devices() -> list[int]:
@@ -110,7 +106,7 @@ def build_command(
     targets: str | None = None,
     aot_dir: Path | None = None,
     *,
-    node_provider: NodeProvider = _gather_node,
+    node_provider: NodeProvider = gather_node,
     toolkit_provider: ToolkitProvider = find_toolkit,
     loader: Loader = open_kernels,
     selftest: SelftestRunner = run_selftest,
@@ -161,18 +157,7 @@ def compile_targets(
 
 def node_target(settings: Settings, node_provider: NodeProvider) -> str:
     """KDACTL_CUDA_ARCH, else the one target every GPU of this node needs."""
-    if settings.cuda_arch:
-        return get_target(settings.cuda_arch).name
-    facts = node_provider(settings)
-    gpus = facts.require_gpus()
-    targets = {g.target for g in gpus}
-    if None in targets:
-        gpu = next(g for g in gpus if g.target is None)
-        raise UnsupportedTarget(f"GPU {gpu.index} ({gpu.name}, cc {gpu.cc[0]}.{gpu.cc[1]}): {gpu.target_reason}")
-    if len(targets) > 1:
-        found = ", ".join(f"GPU {g.index} {g.name}: {g.target}" for g in gpus)
-        raise Inconclusive(f"mixed node: its GPUs need different kernel targets ({found}); build each with --target")
-    return targets.pop()
+    return TargetResolver.from_settings(settings).node_target(lambda: node_provider(settings).require_gpus())
 
 
 def _built(settings: Settings, target: Target, toolkit_provider: ToolkitProvider, csrc: Path | None,

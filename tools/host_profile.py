@@ -2,7 +2,7 @@
 its plans in kdactl_host and in Python, its parts (the launch plan's launch; the bare ctypes call
 into the C launcher, which is the CUDA runtime's launch cost), graph replay through torch and
 through a bare cudaGraphLaunch of the same graph, the replay floor of a one-kernel graph, and a
-cProfile of 2000 calls. Run on a GPU node: python3 scripts/host_profile.py"""
+cProfile of 2000 calls. Run on a GPU node: python3 tools/host_profile.py"""
 import cProfile, ctypes, glob, os, pstats, time, torch
 from kdactl.bench import host as bench_host
 from kdactl.kda import prefill, KdaWorkspace, plans

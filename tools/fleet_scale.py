@@ -2,9 +2,9 @@
 ~1,040 results each, built by certify_command over tests.certify_fakes and sealed by certificate.seal),
 ingested with `kdactl fleet ingest`, then `kdactl fleet report` timed with /usr/bin/time -v.
 
-  python3 scripts/fleet_scale.py --db /tmp/fleet.db                       # 2,000 nodes x 5 runs = 10,000
-  python3 scripts/fleet_scale.py --db postgresql://postgres@127.0.0.1/fleet [--copy-from /tmp/fleet.db]
-  python3 scripts/fleet_scale.py --db /tmp/fleet.db --replicate 10 --skip-ingest  # 100,000 (below)
+  python3 tools/fleet_scale.py --db /tmp/fleet.db                       # 2,000 nodes x 5 runs = 10,000
+  python3 tools/fleet_scale.py --db postgresql://postgres@127.0.0.1/fleet [--copy-from /tmp/fleet.db]
+  python3 tools/fleet_scale.py --db /tmp/fleet.db --replicate 10 --skip-ingest  # 100,000 (below)
 
 One certificate is built by the pipeline; each of the others is that document with its node, GPU
 uuids, times and perf measurements changed (3 % of runs fail a route smoke, 1 % are inconclusive,
