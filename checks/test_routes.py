@@ -3,16 +3,13 @@ picks the route the SKU matrix (fleet/skus.toml) expects for the row's shape cla
 in ROUTES that is eligible runs the row fixed and varlen, with and without an initial state, with a
 finite output within the SPEC error ratio of the fp64 reference, once more with fla's fused
 input transforms on grouped values, and once through a serving state pool (V-first, fp16 inputs,
-prefix checkpoints). Routes join by being in ROUTES. Route chunk's fused grid, which the launcher
-takes only when a tuning code asks for it, runs forced on the serving row."""
+prefix checkpoints). Routes join by being in ROUTES."""
 
 from __future__ import annotations
 
 import pytest
 
-from kdactl.jit.library import KernelError
 from kdactl.kda import ROUTES, select_route
-from kdactl.kernel_abi import ERR_UNSUPPORTED, TUNING_FUSED
 from kdactl.smoke import (
     SMOKE_CONFIGS,
     SUITE_ROWS,
@@ -74,26 +71,6 @@ def test_route_smoke_fused(row, route, config, device, device_info):
 
 
 SERVING_ROW = next(row for row in SUITE_ROWS if row.shape_class == "serving")
-
-
-@pytest.mark.parametrize("layout", ["fixed", "varlen"])
-@pytest.mark.parametrize("walk_warps", [4, 8])
-def test_chunk_fused_grid_smoke(walk_warps, layout, device, device_info):
-    """Route chunk's fused grid (prepare and recurrence in one grid, walks of 4 or 8 warps), forced on
-    the serving row. Where the device's shared memory per block is too small for it the launcher
-    never takes it, and the kernel says so (KDACTL_ERR_UNSUPPORTED)."""
-    varlen = layout == "varlen"
-    reason = ineligible_reason("chunk", SERVING_ROW, varlen, device_info)
-    if reason is not None:
-        pytest.skip(f"route chunk not eligible for {SERVING_ROW.name}: {reason}")
-    try:
-        result = run_smoke("chunk", SERVING_ROW, varlen, True, device, ref_device="cuda", seed=walk_warps,
-                           tuning=2 * TUNING_FUSED + walk_warps)  # fmt: skip
-    except KernelError as err:
-        if err.code != ERR_UNSUPPORTED:
-            raise
-        pytest.skip(f"no fused grid on this device (its shared memory per block is too small): {err}")
-    assert result.ok, f"{SERVING_ROW.name} {layout} fused grid, walks of {walk_warps} warps: {result.describe()}"
 
 
 @pytest.mark.parametrize(

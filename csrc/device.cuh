@@ -24,15 +24,6 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-// ---- Flags between the CTAs of one grid (route chunk's fused kernel) --------------------------------
-__device__ __forceinline__ int ld_acquire(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_release(int* p, int v) {
-  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
 // A barrier over the first THREADS threads of the CTA only (id 1; __syncthreads is id 0 over all).
 template <int THREADS>
 __device__ __forceinline__ void sync_first() {
@@ -273,17 +264,21 @@ struct Gate {
   };
 };
 
-// Host: calls f(g element, q/k/v element) with a value of each type the arguments name, so that a
-// launcher instantiates its kernel for exactly the types of this call.
+// Host: calls f(g element) with a value of the type the arguments name for g, so that a launcher
+// instantiates its kernel for exactly the types of this call.
+template <typename F>
+inline void with_g_type(const kdactl_kda_args& a, F&& f) {
+  if (a.g_dtype == KDACTL_DTYPE_BF16) f(__nv_bfloat16{});
+  else if (a.g_dtype == KDACTL_DTYPE_FP16) f(__half{});
+  else f(0.f);
+}
+// Host: the same for (g element, q/k/v element).
 template <typename F>
 inline void with_types(const kdactl_kda_args& a, F&& f) {
-  auto with_in = [&](auto g) {
+  with_g_type(a, [&](auto g) {
     if (a.qkv_fp16) f(g, __half{});
     else f(g, __nv_bfloat16{});
-  };
-  if (a.g_dtype == KDACTL_DTYPE_BF16) with_in(__nv_bfloat16{});
-  else if (a.g_dtype == KDACTL_DTYPE_FP16) with_in(__half{});
-  else with_in(0.f);
+  });
 }
 
 constexpr float kL2NormEps = 1e-6f;  // fla's l2norm: x / sqrt(|x|^2 + eps)

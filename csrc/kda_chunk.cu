@@ -1,28 +1,50 @@
-// Launcher for route "chunk": checks the workspace, then launches either the prepare pass over every
-// (chunk, head) and the recurrence over every (sequence, head, value slice), or both in one fused
-// grid (kda_chunk_fused.cu), on the caller's stream.
+// Launcher for route "chunk": checks the workspace, then launches the prepare pass over every
+// (chunk, head) and the recurrence over every (sequence, head, value slice) on the caller's stream.
 #include "kda_chunk_launch.cuh"
 
 namespace {
 
 using namespace kdactl::chunk;
 
+// The recurrence at one of the shapes chunk_builds names, its ring cut to 4 stages where the
+// device's shared memory per block does not hold 8.
+template <int K, int V, int WARPS>
+int launch_ring(const kdactl_kda_args& a, const Segments& sg, int stages, int optin, cudaStream_t stream) {
+  if constexpr (WARPS < 8) {
+    if (stages == 8 && recur_smem<K, WARPS, 8>() <= static_cast<size_t>(optin))
+      return launch_recur<K, V, WARPS, 8, Pass::kWhole>(a, sg, a.batch, optin, stream);
+  }
+  return launch_recur<K, V, WARPS, 4, Pass::kWhole>(a, sg, a.batch, optin, stream);
+}
+
 // Two kernels: the prepare pass over every (chunk, head), then the recurrence. Varlen CTAs that
 // outnumber the SMs wait for one; the longest sequences' go first (measured at the serving varlen
 // shape, 1152 CTAs: lengths in either order time alike). Fewer all start at once.
 template <int K, int V>
 int launch(const kdactl_kda_args& a, RecurShape rs, int sms, int optin, cudaStream_t stream) {
-  if (int rc = launch_prepare<K>(a, stream)) return rc;
+  if (!chunk_builds(rs, V)) return KDACTL_ERR_BAD_TUNING;
+  if (int rc = launch_prepare(a, stream)) return rc;
   Segments whole;
   whole.longest_first = a.varlen && recur_units(a, V, rs.warps) > sms;
-  return launch_pass<K, V, Pass::kWhole>(a, whole, a.batch, rs, optin, stream);
+  switch (rs.warps) {
+    case 2: return launch_ring<K, V, 2>(a, whole, rs.stages, optin, stream);
+    case 4: return launch_ring<K, V, 4>(a, whole, rs.stages, optin, stream);
+    default:
+      if constexpr (V == 128) return launch_ring<K, V, 8>(a, whole, rs.stages, optin, stream);
+      return KDACTL_ERR_BAD_TUNING;
+  }
 }
 
 }  // namespace
 
+int kdactl::chunk::launch_prepare(const kdactl_kda_args& a, cudaStream_t stream) {
+  if (a.key_dim == 64) return a.qkv_fp16 ? launch_prepare_as<64, __half>(a, stream) : launch_prepare_as<64, bf16>(a, stream);
+  return a.qkv_fp16 ? launch_prepare_as<128, __half>(a, stream) : launch_prepare_as<128, bf16>(a, stream);
+}
+
 uint64_t kdactl_chunk_workspace_bytes(const kdactl_kda_args& a) {
   if (head_error(a)) return 0;
-  return (a.key_dim == 64 ? blocks_bytes<64>(a) : blocks_bytes<128>(a)) + fused_sync_bytes(a);
+  return a.key_dim == 64 ? blocks_bytes<64>(a) : blocks_bytes<128>(a);
 }
 
 extern "C" int kdactl_kda_chunk(const kdactl_kda_args* args, void* stream) {
@@ -32,8 +54,7 @@ extern "C" int kdactl_kda_chunk(const kdactl_kda_args* args, void* stream) {
   if (int rc = head_error(a)) return rc;
   if (sms == 0) return 0;
   if (a.workspace == nullptr || a.workspace_bytes < kdactl_chunk_workspace_bytes(a)) return KDACTL_ERR_BAD_WORKSPACE;
-  auto s = static_cast<cudaStream_t>(stream);
-  if (const int walk_warps = fused_walk_warps(a)) return launch_fused(a, walk_warps, sms, optin, s);
   const RecurShape rs = pick_recur(a, sms);
+  auto s = static_cast<cudaStream_t>(stream);
   return a.key_dim == 64 ? launch<64, 64>(a, rs, sms, optin, s) : launch<128, 128>(a, rs, sms, optin, s);
 }

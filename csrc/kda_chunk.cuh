@@ -58,7 +58,7 @@ struct PrepSmem {
   static constexpr int GP = K + 8;  // (scalar and paired) free of bank conflicts
   static constexpr int NP = C + 1;
   // 16-bit g is staged in the last K / 2 floats of G's own rows (16-byte aligned): the cumsum reads
-  // all of a row's g before it writes that row, so no second buffer (4.3 KB: a producer more per SM).
+  // all of a row's g before it writes that row, so no second buffer (4.3 KB less a warp).
   static constexpr int kRawAt = GP - K / 2;
   static_assert(kRawAt % 4 == 0, "16-bit g rows start 16-byte aligned");
   // e^G_ref of each key lives in the pitch padding of G's rows (8 floats a row, K / 8 rows), written
@@ -469,22 +469,10 @@ constexpr size_t recur_smem() {
   return STAGES * sizeof(RecurStage<K, 16 * WARPS>) + WARPS * C * 24 * sizeof(bf16);
 }
 
-// The fused kernel's shared counters (kda_chunk_fused.cuh), at the workspace's end (fused_sync_bytes),
-// zeroed before each launch.
-struct FusedSync {
-  unsigned long long* next_job;  // the next job to hand out
-  int* started;                  // walks that have started
-  int* done;                     // [slot][H]: 1 once that block is prepared
-  int* consumed;                 // [chunk]: walks past that chunk (fixed-length batches)
-  int ahead;                     // producers stay this many chunks ahead of every started walk; 0: no limit
-};
-
-// One CTA's walk, on its first 32 * WARPS threads: value slice vx, head h, unit z (blockIdx.z of the
-// standalone kernel). `fs` (the fused kernel): the walk waits on fs->done before it loads a chunk and
-// counts itself in fs->consumed after it; nullptr when the prepare pass ran before.
+// One CTA's walk: value slice vx, head h, unit bz (a sequence, or a segment slot).
 template <int K, int V, int WARPS, int STAGES, Pass PASS>
 __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned char* ws, const Segments& sg,
-                                      unsigned char* smem_raw, int vx, int h, int64_t bz, const FusedSync* fs) {
+                                      unsigned char* smem_raw, int vx, int h, int64_t bz) {
   constexpr int VS = 16 * WARPS;
   using St = RecurStage<K, VS>;
   using B = Block<K>;
@@ -573,28 +561,6 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
   };
 
   const int64_t count = c_end - c_begin;  // chunks this CTA walks, from c_begin
-  // Fused: before the loads of chunk c, warp 0 waits until it is prepared, reading the flags of the
-  // next 32 chunks at once; the barrier after it holds the other warps. It reads flags again only
-  // once the walk reaches the first it saw unset, which is rare while the producers run ahead.
-  const int* done = fs ? fs->done : nullptr;
-  int64_t known = c_begin;  // warp 0: chunks before it are prepared
-  auto await = [&](int64_t c) {
-    if (done == nullptr || warp != 0) return;
-    while (c >= known) {
-      const int64_t mine = known + lane;
-      const bool set = mine >= c_end || ld_acquire(done + (slot0 + mine) * H + h) != 0;
-      const unsigned unset = __ballot_sync(0xffffffffu, !set);
-      known += unset ? __ffs(unset) - 1 : 32;
-      if (c >= known) __nanosleep(200);
-    }
-  };
-  // Thread 0 counts this walk in fs->started, then past each chunk, which paces the producers.
-  int* passed = fs && fs->ahead > 0 && tid == 0 ? fs->consumed + c_begin - 1 : nullptr;
-  if (passed) atomicAdd(fs->started, 1);
-  if (done) {
-    await(c_begin + (count < STAGES - 1 ? count : STAGES - 1) - 1);
-    sync_first<kThreads>();
-  }
 #pragma unroll
   for (int i = 0; i < STAGES - 1; ++i) {
     if (i < count) load(c_begin + i, stage[i]);
@@ -603,9 +569,7 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
   uint16_t* o = static_cast<uint16_t*>(a.o);  // bf16 or fp16 (a.qkv_fp16)
   for (int64_t i = 0; i < count; ++i) {
     cp_async_wait<STAGES - 2>();
-    if (i + STAGES - 1 < count) await(c_begin + i + STAGES - 1);
     sync_first<kThreads>();  // chunk i is in; everyone is done with the stage the next load overwrites
-    if (passed && i > 0) atomicAdd(passed + i, 1);  // and with chunk i - 1
     if (i + STAGES - 1 < count) load(c_begin + i + STAGES - 1, stage[(i + STAGES - 1) % STAGES]);
     cp_async_commit();
     const St& st = stage[i % STAGES];
@@ -750,7 +714,7 @@ __global__ void __launch_bounds__(WARPS * 32)
   __trap();
 #else
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  recur<K, V, WARPS, STAGES, PASS>(a, ws, sg, smem_raw, blockIdx.x, blockIdx.y, blockIdx.z, nullptr);
+  recur<K, V, WARPS, STAGES, PASS>(a, ws, sg, smem_raw, blockIdx.x, blockIdx.y, blockIdx.z);
 #endif
 }
 

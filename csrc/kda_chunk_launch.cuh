@@ -13,12 +13,6 @@ uint64_t blocks_bytes(const kdactl_kda_args& a) {
   return static_cast<uint64_t>(num_slots(a)) * a.heads * Block<K>::kBytes;
 }
 
-// The fused kernel's counters (FusedSync), after the blocks: next_job and started in 16 bytes, then
-// done [slot][H] and consumed [slot] (a sequence has fewer chunks than slots).
-inline uint64_t fused_sync_bytes(const kdactl_kda_args& a) {
-  return (16 + 4 * static_cast<uint64_t>(num_slots(a)) * (a.heads + 1) + 15) / 16 * 16;
-}
-
 // 0 when the chunked kernels are built for these head dims (K == V in {64, 128}), else the code
 // naming the one that is not.
 inline int head_error(const kdactl_kda_args& a) {
@@ -31,64 +25,30 @@ int set_smem(Kernel kernel, size_t bytes) {
   return kdactl_set_smem_once(reinterpret_cast<const void*>(kernel), static_cast<int>(bytes));
 }
 
-template <int K>
-int launch_prepare(const kdactl_kda_args& a, cudaStream_t stream) {
-  const int64_t slots = num_slots(a);
-  if (slots > 0x7fffffff) return KDACTL_ERR_UNSUPPORTED;
-  int rc = 0;
-  with_types(a, [&](auto g_type, auto in_type) {
-    using GT = decltype(g_type);
-    using In = decltype(in_type);
-    auto prepare = kda_chunk_prepare<K, GT, In>;
-    const size_t smem = sizeof(PrepSmem<K, GT, In>);
-    rc = set_smem(prepare, smem);
-    if (rc == 0) {
-      prepare<<<dim3(static_cast<unsigned>(slots), a.heads), 32, smem, stream>>>(a, static_cast<unsigned char*>(a.workspace));
-      rc = kdactl_launch_status();
-    }
-  });
-  return rc;
-}
+// The prepare pass over every (chunk slot, head), for K and q/k's element type In (bf16 or fp16):
+// each of the four is compiled in a translation unit of its own (kda_chunk_prepare_*.cu), apart
+// from the recurrences, so that no one file dominates the build.
+template <int K, typename In>
+int launch_prepare_as(const kdactl_kda_args& a, cudaStream_t stream);
 
-// The recurrence over `units` (sequences, or segment slots) per head.
+// The one of the four for these arguments (defined in kda_chunk.cu: a prepare file that saw the call
+// of all four would compile all four).
+int launch_prepare(const kdactl_kda_args& a, cudaStream_t stream);
+
+// The recurrence over `units` (sequences, or segment slots) per head, where the device's shared
+// memory per block holds its ring: 227 KB on sm_90 and sm_100, 163 KB on sm_80, 99 KB on sm_86/89/120.
 template <int K, int V, int WARPS, int STAGES, Pass PASS>
-int launch_recur(const kdactl_kda_args& a, const Segments& sg, int64_t units, cudaStream_t stream) {
-  if (V % (16 * WARPS) != 0) return KDACTL_ERR_BAD_TUNING;  // only a tuning code asks for that many warps
+int launch_recur(const kdactl_kda_args& a, const Segments& sg, int64_t units, int smem_optin, cudaStream_t stream) {
+  static_assert(V % (16 * WARPS) == 0, "16 value columns a warp");
   if (units > KDACTL_MAX_GRID_DIM) return KDACTL_ERR_UNSUPPORTED;
   auto kernel = kda_chunk_recur<K, V, WARPS, STAGES, PASS>;
   const size_t smem = recur_smem<K, WARPS, STAGES>();
+  if (smem > static_cast<size_t>(smem_optin)) return KDACTL_ERR_UNSUPPORTED;
   if (int rc = set_smem(kernel, smem)) return rc;
   const dim3 grid(V / (16 * WARPS), a.heads, static_cast<unsigned>(units));
   kernel<<<grid, WARPS * 32, smem, stream>>>(a, static_cast<const unsigned char*>(a.workspace), sg);
   return kdactl_launch_status();
 }
-
-// The deep ring where the device's shared memory per block allows it (227 KB on sm_90 and sm_100,
-// 163 KB on sm_80, 99 KB on sm_86/89/120), else the 4-stage one.
-template <int K, int V, int WARPS, Pass PASS>
-int launch_stages(const kdactl_kda_args& a, const Segments& sg, int64_t units, RecurShape rs, int smem_optin,
-                  cudaStream_t stream) {
-  if (rs.stages == 8 && recur_smem<K, WARPS, 8>() <= static_cast<size_t>(smem_optin))
-    return launch_recur<K, V, WARPS, 8, PASS>(a, sg, units, stream);
-  if (recur_smem<K, WARPS, 4>() > static_cast<size_t>(smem_optin)) return KDACTL_ERR_UNSUPPORTED;
-  return launch_recur<K, V, WARPS, 4, PASS>(a, sg, units, stream);
-}
-
-template <int K, int V, Pass PASS>
-int launch_pass(const kdactl_kda_args& a, const Segments& sg, int64_t units, RecurShape rs, int smem_optin,
-                cudaStream_t stream) {
-  switch (rs.warps) {
-    case 1: return launch_stages<K, V, 1, PASS>(a, sg, units, rs, smem_optin, stream);
-    case 2: return launch_stages<K, V, 2, PASS>(a, sg, units, rs, smem_optin, stream);
-    case 8: return launch_stages<K, V, 8, PASS>(a, sg, units, rs, smem_optin, stream);
-    default: return launch_stages<K, V, 4, PASS>(a, sg, units, rs, smem_optin, stream);
-  }
-}
-
-// kda_chunk_fused.cu: the fused grid with walks of `walk_warps` (4, or 8 for K = 128);
-// KDACTL_ERR_UNSUPPORTED where the device's shared memory per block is too small for it. The
-// workspace holds fused_sync_bytes past the blocks.
-int launch_fused(const kdactl_kda_args& a, int walk_warps, int sms, int optin, cudaStream_t stream);
 
 }  // namespace chunk
 }  // namespace kdactl

@@ -1,42 +1,17 @@
 // Launcher for route "direct": validates what Python cannot see, picks the column split, launches
-// on the caller's stream. Explicit instantiations below are the only kernels this route builds.
+// on the caller's stream. Its kernels compile apart, one file per K (kda_direct_k64.cu, kda_direct_k128.cu).
 #include "kda_direct.cuh"
 
 namespace {
 
-using kdactl::direct::kda_direct_kernel;
-
-constexpr int kWarps = 4;
-
 // Columns per warp: fewer columns mean a shorter chain per token, more warps mean more instruction
 // slots competing. Take the fewest columns that still leave at most one warp per SM sub-partition.
 int pick_columns(const kdactl_kda_args& a, int sm_count) {
-  if (a.tuning == 2 || a.tuning == 4 || a.tuning == 8) return a.tuning;
   const int64_t columns = a.batch * a.heads * static_cast<int64_t>(a.value_dim);
   for (int cols : {2, 4}) {
     if (columns / cols <= 4LL * sm_count) return cols;
   }
   return 8;
-}
-
-template <int K, int kCols>
-int launch_cols(const kdactl_kda_args& a, cudaStream_t stream) {
-  const int cta_cols = kWarps * kCols;
-  if (a.value_dim % cta_cols != 0) return a.tuning == kCols ? KDACTL_ERR_BAD_TUNING : KDACTL_ERR_BAD_VALUE_DIM;
-  const dim3 grid(a.value_dim / cta_cols, a.heads, static_cast<unsigned>(a.batch));
-  kdactl::with_types(a, [&](auto g_type, auto in_type) {
-    kda_direct_kernel<K, kCols, decltype(g_type), decltype(in_type)><<<grid, kWarps * 32, 0, stream>>>(a);
-  });
-  return kdactl_launch_status();
-}
-
-template <int K>
-int launch_k(const kdactl_kda_args& a, int cols, cudaStream_t stream) {
-  switch (cols) {
-    case 2: return launch_cols<K, 2>(a, stream);
-    case 4: return launch_cols<K, 4>(a, stream);
-    default: return launch_cols<K, 8>(a, stream);
-  }
 }
 
 }  // namespace
@@ -48,12 +23,13 @@ extern "C" int kdactl_kda_direct(const kdactl_kda_args* args, void* stream) {
   if (int rc = kdactl_launch_prologue(args, &sms)) return rc;
   const kdactl_kda_args& a = *args;
   if (a.value_dim > 128 || a.value_dim % 16 != 0) return KDACTL_ERR_BAD_VALUE_DIM;
+  if (a.tuning_warps != 0 || a.tuning_stages != 0) return KDACTL_ERR_BAD_TUNING;  // the chunked routes' only
   if (sms == 0) return 0;
   const int cols = pick_columns(a, sms);
   auto s = static_cast<cudaStream_t>(stream);
   switch (a.key_dim) {
-    case 64: return launch_k<64>(a, cols, s);
-    case 128: return launch_k<128>(a, cols, s);
+    case 64: return kdactl::direct::launch_k<64>(a, cols, s);
+    case 128: return kdactl::direct::launch_k<128>(a, cols, s);
     default: return KDACTL_ERR_BAD_KEY_DIM;
   }
 }

@@ -22,6 +22,7 @@ namespace kdactl {
 namespace direct {
 
 constexpr int kTile = 16;   // tokens staged per pipeline step
+constexpr int kWarps = 4;   // a CTA's warps (its launch bounds: 128 threads)
 constexpr unsigned kFull = 0xffffffffu;
 
 // Sum NV per-lane values over the 32 lanes of a warp. While more than one value is left, each
@@ -59,9 +60,9 @@ struct Stage {
   float beta[kTile];
 };
 
-// Grid: (V / (warps * kCols), H, N). Block: warps * 32 threads.
+// Grid: (V / (kWarps * kCols), H, N). Block: kWarps * 32 threads.
 template <int K, int kCols, typename GType, typename In>
-__global__ void __launch_bounds__(128) kda_direct_kernel(const kdactl_kda_args a) {
+__global__ void __launch_bounds__(kWarps * 32) kda_direct_kernel(const kdactl_kda_args a) {
 #ifdef KDACTL_ARCH_MISMATCH
   __trap();  // built for another arch: fail loudly instead of computing quietly
 #else
@@ -230,6 +231,11 @@ __global__ void __launch_bounds__(128) kda_direct_kernel(const kdactl_kda_args a
   }
 #endif
 }
+
+// The kernels at K with `cols` value columns a warp (2, 4 or 8) on the caller's stream: defined in
+// kda_direct_launch.cuh and instantiated once per K in a file of its own (kda_direct_k<K>.cu).
+template <int K>
+int launch_k(const kdactl_kda_args& a, int cols, cudaStream_t stream);
 
 }  // namespace direct
 }  // namespace kdactl

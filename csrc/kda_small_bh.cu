@@ -133,11 +133,13 @@ int launch(const kdactl_kda_args& a, int optin, cudaStream_t stream) {
   if (a.workspace == nullptr || a.workspace_bytes < workspace_bytes<K, V>(a)) return KDACTL_ERR_BAD_WORKSPACE;
   const Segments sg = segments_of<K, V>(a);
   if (2 * a.batch * sg.count > KDACTL_MAX_GRID_DIM) return KDACTL_ERR_BAD_SEGMENT_CHUNKS;  // the reduction's grid z
-  const RecurShape rs = tuned(kPlanned, a.tuning);
-  if (int rc = launch_prepare<K>(a, stream)) return rc;
-  if (int rc = launch_pass<K, V, Pass::kReduce>(a, sg, 2 * a.batch * sg.count, rs, optin, stream)) return rc;
+  const RecurShape rs = tuned(kPlanned, a);
+  if (rs.warps != kPlanned.warps || rs.stages != kPlanned.stages) return KDACTL_ERR_BAD_TUNING;  // the one built
+  constexpr int W = kPlanned.warps, S = kPlanned.stages;
+  if (int rc = launch_prepare(a, stream)) return rc;
+  if (int rc = launch_recur<K, V, W, S, Pass::kReduce>(a, sg, 2 * a.batch * sg.count, optin, stream)) return rc;
   if (int rc = launch_stitch<K, V>(a, sg, optin, stream)) return rc;
-  return launch_pass<K, V, Pass::kReplay>(a, sg, a.batch * sg.count, rs, optin, stream);
+  return launch_recur<K, V, W, S, Pass::kReplay>(a, sg, a.batch * sg.count, optin, stream);
 }
 
 // 0 when this route has a kernel for `a`, else the code naming the argument that stops it.

@@ -8,18 +8,12 @@
 extern "C" {
 #endif
 
-#define KDACTL_ABI_VERSION 7
+#define KDACTL_ABI_VERSION 8
 
 // Facts the Python side is built on: kdactl.kernel_abi holds each one under the name without the
 // prefix, and the loader refuses a library whose values (kdactl_constant) differ.
 #define KDACTL_MAX_GRID_DIM 65535      // heads, sequences and segment slots each map to grid y or z
 #define KDACTL_CHUNK 16                // tokens per chunk of the chunked routes
-#define KDACTL_TUNING_AUTO 0           // tuning code: the launcher picks the kernel variant
-#define KDACTL_TUNING_STAGES 10        // chunked routes' tuning codes: KDACTL_TUNING_STAGES * stages + warps
-#define KDACTL_TUNING_FUSED 100        // route chunk: + KDACTL_TUNING_FUSED * (1: its two kernels, 2: its fused grid,
-                                       //   whose walks take 8 warps where the warps digit is 8, else 4)
-#define KDACTL_TUNING_AHEAD 1000       // its fused grid: + KDACTL_TUNING_AHEAD * chunks its producers may run ahead
-#define KDACTL_TUNING_PRODUCERS 1000000  // and + KDACTL_TUNING_PRODUCERS * producer warps beside each walk
 #define KDACTL_SMALL_BH_CTAS_PER_SM 2  // small_bh's recurrence CTAs one SM holds: its plan fills one wave
 
 // The route table, X(id, name), ids 0, 1, ... in order; kdactl.kernel_abi.ROUTES lists the same
@@ -125,7 +119,8 @@ typedef struct {
   int32_t g_dtype;              // KDACTL_DTYPE_* of g
   int32_t beta_dtype;           // KDACTL_DTYPE_* of beta
   int32_t cu_seqlens_is_int32;  // 0: int64 cu_seqlens, 1: int32
-  int32_t tuning;               // route-specific variant for benchmarks; KDACTL_TUNING_AUTO = the launcher's choice
+  int32_t tuning_warps;         // forced by benchmarks (0: the launcher's choice): the chunked routes' recurrence
+  int32_t tuning_stages;        //   warps a CTA (2, 4, 8) and chunks in flight (4, 8); chunk_builds names the shapes
   float scale;
   void* workspace;              // route scratch memory (kdactl_kda_workspace_bytes); may be NULL when 0
   uint64_t workspace_bytes;     // its size

@@ -35,11 +35,6 @@ struct Constant {
 constexpr Constant kConstants[] = {
     KDACTL_CONSTANT(MAX_GRID_DIM),
     KDACTL_CONSTANT(CHUNK),
-    KDACTL_CONSTANT(TUNING_AUTO),
-    KDACTL_CONSTANT(TUNING_STAGES),
-    KDACTL_CONSTANT(TUNING_FUSED),
-    KDACTL_CONSTANT(TUNING_AHEAD),
-    KDACTL_CONSTANT(TUNING_PRODUCERS),
     KDACTL_CONSTANT(SMALL_BH_CTAS_PER_SM),
     KDACTL_CONSTANT(ERR_WRONG_DEVICE),  // the error codes Python tells apart by their values
     KDACTL_CONSTANT(ERR_UNSUPPORTED),
@@ -69,7 +64,7 @@ constexpr ArgumentError kArgumentErrors[] = {
     {KDACTL_ERR_BAD_KEY_DIM, "key_dim", "key_dim has no kernel in this route"},
     {KDACTL_ERR_BAD_VALUE_DIM, "value_dim", "value_dim has no kernel in this route"},
     {KDACTL_ERR_BAD_CU_SEQLENS, "cu_seqlens", "this route takes the fixed-length layout: varlen must be 0 and cu_seqlens NULL"},
-    {KDACTL_ERR_BAD_TUNING, "tuning", "tuning asks for a kernel variant wider than value_dim"},
+    {KDACTL_ERR_BAD_TUNING, "tuning", "tuning_warps and tuning_stages name no kernel this route builds"},
     {KDACTL_ERR_BAD_WORKSPACE, "workspace", "workspace is NULL or smaller than kdactl_kda_workspace_bytes"},
     {KDACTL_ERR_BAD_SEGMENT_CHUNKS, "segment_chunks",
      "segment_chunks must be positive and cut at most " KDACTL_STR(KDACTL_MAX_GRID_DIM) " reduction slots"},
@@ -155,8 +150,9 @@ struct DeviceFacts {
 DeviceFacts g_device_facts[kMaxDevices];
 }  // namespace
 
-// Each launch asked the runtime for these (five calls); they do not change while the process runs.
-// Two threads may both fill an entry: with the same values, published by the release store.
+// A launch needs these facts, five runtime calls' worth, which do not change while the process runs:
+// asked once per device. Two threads may both fill an entry: with the same values, published by the
+// release store.
 int kdactl_device_facts(int* sms, int* smem_optin) {
   int dev = 0;
   KDACTL_TRY(cudaGetDevice(&dev));

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ctypes
 
-ABI_VERSION = 7  # KDACTL_ABI_VERSION: a library of another version is refused
+ABI_VERSION = 8  # KDACTL_ABI_VERSION: a library of another version is refused
 
 # The route table, KDACTL_ROUTES(X): a route's id is its index here.
 ROUTES: tuple[str, ...] = ("direct", "chunk", "small_bh")
@@ -24,16 +24,9 @@ ROUTE_IDS: dict[str, int] = {name: i for i, name in enumerate(ROUTES)}
 # Facts the kernel library is built with, each KDACTL_<name> in csrc/kdactl_api.h.
 MAX_GRID_DIM = 65535  # heads, sequences and segment slots each map to one grid dimension (y or z)
 CHUNK = 16  # tokens per chunk of the chunked kernels
-TUNING_AUTO = 0  # the tuning code that leaves the kernel variant to the launcher
-TUNING_STAGES = 10  # the chunked routes' tuning codes: TUNING_STAGES * pipeline stages + warps, e.g. 84
-TUNING_FUSED = 100  # route chunk's: + TUNING_FUSED * (1: its two kernels, 2: its fused grid; + 8: 8-warp walks)
-TUNING_AHEAD = 1000  # its fused grid's: + TUNING_AHEAD * chunks its producers may run ahead of the walks
-TUNING_PRODUCERS = 1_000_000  # and + TUNING_PRODUCERS * producer warps beside each walk
 SMALL_BH_CTAS_PER_SM = 2  # small_bh's recurrence CTAs one SM holds: its plan fills one wave
 SHARED_CONSTANTS: dict[str, int] = {
-    "MAX_GRID_DIM": MAX_GRID_DIM, "CHUNK": CHUNK, "TUNING_AUTO": TUNING_AUTO, "TUNING_STAGES": TUNING_STAGES,
-    "TUNING_FUSED": TUNING_FUSED, "TUNING_AHEAD": TUNING_AHEAD, "TUNING_PRODUCERS": TUNING_PRODUCERS,
-    "SMALL_BH_CTAS_PER_SM": SMALL_BH_CTAS_PER_SM,
+    "MAX_GRID_DIM": MAX_GRID_DIM, "CHUNK": CHUNK, "SMALL_BH_CTAS_PER_SM": SMALL_BH_CTAS_PER_SM,
 }  # fmt: skip
 
 # The input transforms fla fuses (kdactl.kda.fused.Fused holds a call's choice).
@@ -82,7 +75,8 @@ class KdaArgs(ctypes.Structure):
         ("g_dtype", ctypes.c_int32),  # DTYPE_*
         ("beta_dtype", ctypes.c_int32),
         ("cu_seqlens_is_int32", ctypes.c_int32),
-        ("tuning", ctypes.c_int32),
+        ("tuning_warps", ctypes.c_int32),  # kdactl.kda.tuning.Tuning; 0: the launcher's choice
+        ("tuning_stages", ctypes.c_int32),
         ("scale", ctypes.c_float),
         ("workspace", ctypes.c_void_p),  # void*, route scratch memory
         ("workspace_bytes", ctypes.c_uint64),

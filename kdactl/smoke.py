@@ -111,18 +111,17 @@ def fused_variant(x: dict, s0, config: Config, seed: int) -> tuple[dict, object,
 
 
 def run_smoke(route: str, row: SmokeRow, varlen: bool, with_state: bool, device: torch.device, ref_device: str = "cuda",
-              seed: int = 0, config: str | None = None, tuning: int = 0) -> SmokeResult:  # fmt: skip
+              seed: int = 0, config: str | None = None) -> SmokeResult:  # fmt: skip
     """Run ``route`` on the variant and compare o and the final state with the fp64 reference;
     ``config``: one of SMOKE_CONFIGS, the serving call with its transforms (fused_variant), else the
-    plain call; ``tuning``: the kernel variant (kdactl.kda.routes TUNING_*). Under
-    KDACTL_FAULT=wrong-result:<route> the output is perturbed first (kdactl.faults)."""
+    plain call. Under KDACTL_FAULT=wrong-result:<route> the output is perturbed first (kdactl.faults)."""
     x, s0, cu = make_inputs(row, varlen, with_state, device, seed)
     spec, A_log, dt_bias, v_first = NONE, None, None, False
     if config is not None:
         call = CONFIGS[config]
         (x, s0, A_log, dt_bias), spec, v_first = fused_variant(x, s0, call, seed), call.fused_spec(), call.state_v_first
     o, state = prefill(**x, initial_state=s0, output_final_state=True, cu_seqlens=cu, route=route, fused=spec,
-                       A_log=A_log, dt_bias=dt_bias, tuning=tuning, state_v_first=v_first)  # fmt: skip
+                       A_log=A_log, dt_bias=dt_bias, state_v_first=v_first)  # fmt: skip
     torch.cuda.synchronize(device)
     o = perturb_output(route, o)
     if v_first:  # the reference keeps K-first states

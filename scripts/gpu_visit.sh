@@ -52,12 +52,12 @@ for section in "$@"; do
       time timeout 120 kdactl bench ${BOUNDARY:---shape 4,16,8 --shape 4,32,8 --shape 4,64,8 --shape 4,128,8 --shape 4,256,8 \
         --shape 1,64,64 --shape 1,256,64} --routes ${BROUTES:-direct,chunk} --peers none --iters 10 --warmup 2 --markdown $OUT/boundary.md > /dev/null
       cat $OUT/boundary.md ;;
-    tune)  # kernel variants by tuning code (tools/tune_chunk.py): ROUTE chunk|small_bh, SHAPES, TUNINGS
+    tune)  # route chunk's recurrence shapes side by side (tools/tune_chunk.py): SHAPES, TUNINGS
       wait_warm
-      time timeout ${TUNE_TIMEOUT:-240} python3 tools/tune_chunk.py --route ${ROUTE:-chunk} --shapes ${SHAPES:-serving} \
-        --tunings ${TUNINGS:-0,100,200} ;;
-    kernels)  # time per kernel: KERNELS="ROUTE[:TUNING] B,T,H ..." (tools/kernel_times.py)
-      timeout 100 python3 tools/kernel_times.py ${KERNELS:-chunk:100 1,8192,64 1,8192,96 2,16384,64 8,4096,12} 2>&1 \
+      time timeout ${TUNE_TIMEOUT:-240} python3 tools/tune_chunk.py --shapes ${SHAPES:-serving} \
+        --tunings ${TUNINGS:-auto warps=4,stages=8 warps=8,stages=4} ;;
+    kernels)  # time per kernel: KERNELS="ROUTE[:warps=W,stages=S] B,T,H ..." (tools/kernel_times.py)
+      timeout 100 python3 tools/kernel_times.py ${KERNELS:-chunk 1,8192,64 1,8192,96 2,16384,64 8,4096,12} 2>&1 \
         | grep -E "==|kda_|Self CUDA time total" ;;
     patch-ab)  # this tree's kernels against the same tree with $PATCH applied, built beside it, arms new/patched x2
       wait_warm
@@ -69,7 +69,7 @@ for section in "$@"; do
         [ $arm = new ] && run=() || run=(old)
         [ $arm = new ] && dir=. || dir=/tmp/old
         echo "-- $arm"; "${run[@]}" timeout 100 python3 $dir/tools/tune_chunk.py --shapes ${SHAPES:-serving} \
-          --tunings ${TUNINGS:-100,200} --iters 10
+          --tunings ${TUNINGS:-auto} --iters 10
       done ;;
     gate-ab)  # the serving configurations' kernels: this tree against HEAD's, copied to .old with its build in .old/cache
       for cfg in ${CONFIGS:-plain bound softplus}; do for gates in ${GATES:-test init}; do

@@ -198,6 +198,9 @@ def test_the_real_library_exports_the_registry_and_names_bad_arguments(tmp_path,
     with pytest.raises(KernelArgumentError, match=r"heads must be in 1\.\.65535") as err:
         kernels.check(kernels.kda_route("chunk")(ctypes.byref(KdaArgs(batch=1, heads=0)), None), "route 'chunk'")
     assert err.value.argument == "heads"
+    no_tokens = KdaArgs(batch=0, heads=2, key_dim=128, value_dim=128, tuning_warps=4)  # route direct builds no shape
+    with pytest.raises(KernelArgumentError, match="tuning_warps and tuning_stages name no kernel this route builds"):
+        kernels.check(kernels.kda_route("direct")(ctypes.byref(no_tokens), None), "route 'direct'")
     shapes = KdaArgs(batch=1, seqlen=64, heads=2, key_dim=128, value_dim=128, segment_chunks=2)
     sizes = {name: kernels.workspace_bytes(i, shapes) for i, name in enumerate(ROUTES)}
     assert sizes["direct"] == 0 and sizes["small_bh"] > sizes["chunk"] > 0

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kdactl.kda import KdaWorkspace, prefill
-from kdactl.kernel_abi import TUNING_AHEAD, TUNING_FUSED, TUNING_PRODUCERS
+from kdactl.kda.tuning import AUTO, Tuning
 from kdactl.reference import error_ratio
 from kdactl.smoke import replay_equals_eager
 from tests.kda_inputs import cu_seqlens_of, make_inputs
@@ -15,13 +15,12 @@ from tests.test_kda_gpu import TOL, _check
 pytestmark = pytest.mark.gpu
 
 
-FUSED_8 = 2 * TUNING_FUSED + 8  # the fused grid with walks of 8 warps (all 128 values of a head)
+WARPS_8 = Tuning(warps=8)  # the recurrence in walks of 8 warps (all 128 values of a head), wherever auto would not
 
 
-@pytest.fixture(params=[TUNING_FUSED, 2 * TUNING_FUSED, FUSED_8], ids=["two-kernel", "fused", "fused-8"])
+@pytest.fixture(params=[AUTO, WARPS_8], ids=["auto", "warps-8"])
 def path(request):
-    """Route chunk's implementations: the prepare pass, then the recurrence; or both in one grid,
-    with walks of 4 or 8 warps."""
+    """Route chunk's recurrence as the launcher picks it, and forced to 8-warp walks."""
     return request.param
 
 
@@ -48,8 +47,8 @@ def test_chunk_fixed_B1(H, T, with_state, path):
 )
 def test_chunk_batched(B, T, H, D, gdt, bdt, path):
     x, s0 = make_inputs(B, T, H, K=D, V=D, device="cuda", g_dtype=gdt, beta_dtype=bdt, state_n=B, seed=B + T)
-    if path == FUSED_8 and D == 64:  # 8 warps of 16 values each: wider than V
-        with pytest.raises(ValueError, match="tuning asks for a kernel variant wider than value_dim"):
+    if path == WARPS_8 and D == 64:  # 8 warps of 16 values each: wider than V
+        with pytest.raises(ValueError, match="tuning_warps and tuning_stages name no kernel this route builds"):
             prefill(**x, initial_state=s0, output_final_state=True, route="chunk", tuning=path)
         return
     _check(x, s0, route="chunk", scale=0.1, tuning=path)
@@ -93,34 +92,6 @@ def test_chunk_weak_decay_long_sequence(path):
     regime for the bf16 operands (tools/chunk_precision.py emulates about 4.4e-3 here)."""
     x, s0 = make_inputs(1, 4096, 2, device="cuda", state_n=1, g_range=(-0.001, 0.0), seed=3)
     _check(x, s0, route="chunk", tuning=path)
-
-
-@pytest.mark.parametrize("walk_warps", [4, 8])
-@pytest.mark.parametrize("B,T,H", [(1, 4096, 64), (2, 1000, 96), (4, 2048, 32)], ids=lambda v: str(v))
-def test_chunk_fused_tightest_pacing(B, T, H, walk_warps):
-    """The fused grid's producers at most 4 chunks ahead of the slowest started walk (the least its
-    2-stage ring allows) wait on the walks all the time, also where more walks than fit at once start
-    late (B2 H96: 384 walks of 4 warps); the factors, and so the output, must not change."""
-    x, s0 = make_inputs(B, T, H, device="cuda", state_n=B, seed=B * T + H)
-    fused = 2 * TUNING_FUSED + walk_warps
-    o_paced, s_paced = prefill(**x, initial_state=s0, output_final_state=True, route="chunk",
-                               tuning=fused + 4 * TUNING_AHEAD)
-    o, s = _check(x, s0, route="chunk", tuning=fused + 999 * TUNING_AHEAD)  # 999 chunks: unpaced
-    assert torch.equal(o_paced, o) and torch.equal(s_paced, s)
-
-
-@pytest.mark.parametrize("producers", [1, 2, 9])
-@pytest.mark.parametrize("walk_warps", [4, 8])
-def test_chunk_fused_producers_beside_each_walk(walk_warps, producers):
-    """One producer beside each walk (the grid's other CTAs, and their walk warps, prepare the rest),
-    two, or every one the shared memory holds (9 asks for more): the same factors, so the same output.
-    B1 T2048 H40: 80 walks of 4 warps, 40 of 8, so most SMs run no walk."""
-    x, s0 = make_inputs(1, 2048, 40, device="cuda", state_n=1, seed=producers + walk_warps)
-    fused = 2 * TUNING_FUSED + walk_warps
-    o_few, s_few = prefill(**x, initial_state=s0, output_final_state=True, route="chunk",
-                           tuning=fused + producers * TUNING_PRODUCERS)
-    o, s = _check(x, s0, route="chunk", tuning=fused)
-    assert torch.equal(o_few, o) and torch.equal(s_few, s)
 
 
 @pytest.mark.parametrize("B,T,H", [(1, 65536, 2), (1, 4096, 96), (2, 8192, 8)], ids=["T65536", "H96", "B2-T8192"])

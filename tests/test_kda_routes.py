@@ -171,8 +171,7 @@ def test_shared_constants_are_the_ones_routing_and_validation_use():
     from kdactl import kernel_abi
     from kdactl.kda import routes, validation
 
-    assert kernel_abi.SHARED_CONSTANTS == {"MAX_GRID_DIM": 65535, "CHUNK": 16, "TUNING_AUTO": 0, "TUNING_STAGES": 10,
-                                       "TUNING_FUSED": 100, "TUNING_AHEAD": 1000, "TUNING_PRODUCERS": 1000000, "SMALL_BH_CTAS_PER_SM": 2}  # fmt: skip
+    assert kernel_abi.SHARED_CONSTANTS == {"MAX_GRID_DIM": 65535, "CHUNK": 16, "SMALL_BH_CTAS_PER_SM": 2}
     assert validation.MAX_GRID_DIM is kernel_abi.MAX_GRID_DIM and routes.CHUNK is kernel_abi.CHUNK
 
 
@@ -193,7 +192,7 @@ def test_prefill_decides_once_and_hands_the_route_id_to_the_op(monkeypatch):
     monkeypatch.setattr(api, "decide_route", lambda *a: decisions.append(a) or real_decide(*a))
     monkeypatch.setattr(validation, "validate", lambda *a, **kw: p)  # CPU tensors: the rules are tested elsewhere
     monkeypatch.setattr(api, "device_info", lambda device: H200)
-    monkeypatch.setattr(custom_op, "kda_prefill_", lambda *a: launched.append(a[11:14]))  # route, route_id, tuning
+    monkeypatch.setattr(custom_op, "kda_prefill_", lambda *a: launched.append(a[11:15]))  # route, route_id, tuning
 
     class Plan:  # the eager launch: route id and tuning as prefill decided them
         @classmethod
@@ -207,10 +206,10 @@ def test_prefill_decides_once_and_hands_the_route_id_to_the_op(monkeypatch):
     monkeypatch.setattr(api, "LaunchPlan", Plan)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: False)
     kda.prefill(**x)
-    assert len(decisions) == 1 and launched == [("direct", real_decide(p, H200).id, 0)]
+    assert len(decisions) == 1 and launched == [("direct", real_decide(p, H200).id, kda.Tuning())]
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    kda.prefill(**x, route="chunk", tuning=84)
-    assert len(decisions) == 1 and launched[-1] == ("chunk", UNDECIDED, 84)
+    kda.prefill(**x, route="chunk", tuning=kda.Tuning(warps=4, stages=8))
+    assert len(decisions) == 1 and launched[-1] == ("chunk", UNDECIDED, 4, 8)
 
 
 def test_a_state_pool_keeps_small_bh_out_and_auto_picks_another_route():

@@ -3,7 +3,7 @@ multi-kernel route spends its time.
 
     python3 tools/kernel_times.py [--config plain|bound|softplus] [--gates test|init] ROUTE B,T,H [...]
 
-A tuning code may follow the route: chunk:100 (its two kernels), chunk:200 (its fused grid).
+A recurrence shape may follow the route: chunk:warps=4,stages=8 (kdactl.kda.Tuning's text form).
 --config: plain is a precomputed log decay with q and k normalized; bound and softplus are the serving
 configurations (q/k l2norm, beta sigmoid and the gate in the kernel; bound with a V-first state).
 --gates: the raw gate inputs, fla's test draw (g, dt_bias ~ N(0, 1): steep decays) or a model at
@@ -18,6 +18,7 @@ import kdactl
 from torch.profiler import ProfilerActivity, profile
 
 from kdactl.kda import prefill
+from kdactl.kda.tuning import tuning_argument
 from kdactl.kda.fused import BETA_SIGMOID, GATE_LOWER_BOUND, GATE_SOFTPLUS, Fused
 from kdactl.kda.inputs import random_inputs
 
@@ -57,7 +58,7 @@ def main():
     ap.add_argument("shapes", nargs="+")
     args = ap.parse_args()
     route, _, tuning = args.route.partition(":")
-    tuning = int(tuning or 0)
+    tuning = tuning_argument(tuning or "auto")
     for spec in args.shapes:
         B, T, H = map(int, spec.split(","))
         x, extra = call_args(B, T, H, args.config, args.gates)

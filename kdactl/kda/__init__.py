@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from kdactl.kda.fused import Fused
 from kdactl.kda.routes import ROUTES, DeviceInfo, RouteDecision, decide_route, eligibility, select_route
+from kdactl.kda.tuning import Tuning
 
 if TYPE_CHECKING:
     from kdactl.kda.api import prefill
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ROUTES", "DeviceInfo", "Fused", "KdaProblem", "KdaWorkspace", "RouteDecision",
-    "chunk_kda", "decide_route", "eligibility", "prefill", "select_route", "validate",
+    "Tuning", "chunk_kda", "decide_route", "eligibility", "prefill", "select_route", "validate",
 ]  # fmt: skip
 _TORCH_NAMES = {  # name -> the module that holds it and imports torch
     "prefill": "kdactl.kda.api", "chunk_kda": "kdactl.kda.fla_api", "KdaProblem": "kdactl.kda.problem",

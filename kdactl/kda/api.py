@@ -14,12 +14,12 @@ from kdactl.kda.custom_op import traced_prefill
 from kdactl.kda.device import device_info
 from kdactl.kda.launch import LaunchPlan
 from kdactl.kda.routes import decide_route
+from kdactl.kda.tuning import AUTO
 from kdactl.kda.validation import validate_call
-from kdactl.kernel_abi import TUNING_AUTO
 
 
 def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_state=False,
-            cu_seqlens=None, cu_seqlens_cpu=None, route="auto", workspace=None, out=None, tuning=TUNING_AUTO,
+            cu_seqlens=None, cu_seqlens_cpu=None, route="auto", workspace=None, out=None, tuning=AUTO,
             fused=None, A_log=None, dt_bias=None, state_pool=None, state_indices=None, state_v_first=False,
             checkpoint_every=None, checkpoints=None, checkpoint_dtype=None):  # fmt: skip
     """KDA prefill. Returns ``(o, final_state or None)``, and the checkpoints as a third item when
@@ -28,7 +28,7 @@ def prefill(q, k, v, g, beta, *, scale=None, initial_state=None, output_final_st
 
     ``out`` is a preallocated o tensor, or a tuple ``(o, final_state)``; with ``workspace`` (a
     KdaWorkspace) and ``out`` the call allocates nothing, so it can be captured in a CUDA graph.
-    ``tuning`` picks a route-specific kernel variant (benchmarks only; TUNING_AUTO = the launcher's choice).
+    ``tuning`` (a kdactl.kda.Tuning) forces a kernel variant: benchmarks only (AUTO: the launcher's choice).
     ``cu_seqlens_cpu`` (a list or CPU tensor equal to cu_seqlens) lets the call check the bounds on
     the host: without it, cu_seqlens is read back from the device, which synchronizes it.
     An eager call launches directly (no torch dispatch); under torch.compile it is one custom op.

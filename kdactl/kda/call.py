@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from kdactl.kernel_abi import CALL_TENSORS, TUNING_AUTO
+from kdactl.kda.tuning import AUTO, Tuning
+from kdactl.kernel_abi import CALL_TENSORS
 
 
 class PrefillCall(NamedTuple):
@@ -34,7 +35,7 @@ class PrefillCall(NamedTuple):
     scale: Any = None
     output_final_state: bool = False
     route: str = "auto"
-    tuning: int = TUNING_AUTO
+    tuning: Tuning = AUTO
     fused: Any = None  # a kdactl.kda.fused.Fused, or None: none
     state_v_first: bool = False
     checkpoint_every: Any = None

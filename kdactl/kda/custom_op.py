@@ -15,6 +15,7 @@ from kdactl.kda.fused import Fused
 from kdactl.kda.launch import LaunchPlan
 from kdactl.kda.problem import KdaProblem
 from kdactl.kda.routes import decide_route
+from kdactl.kda.tuning import Tuning
 
 UNDECIDED = -1  # route_id of a call traced by torch.compile: the op decides the route when it runs
 
@@ -34,7 +35,8 @@ def kda_prefill_(
     scale: float,
     route: str,
     route_id: int,
-    tuning: int,
+    tuning_warps: int,
+    tuning_stages: int,
     A_log: torch.Tensor | None = None,
     dt_bias: torch.Tensor | None = None,
     qk_l2norm: bool = False,
@@ -49,7 +51,7 @@ def kda_prefill_(
     pointer checks the trace skipped are repeated here for every call.
     ``workspace`` is a uint8 scratch buffer; one is allocated here when it is missing or too small."""
     call = PrefillCall(q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, workspace=workspace, scale=scale,
-                       route=route, tuning=tuning, fused=Fused(qk_l2norm, beta_mode, gate_mode, lower_bound),
+                       route=route, tuning=Tuning(tuning_warps, tuning_stages), fused=Fused(qk_l2norm, beta_mode, gate_mode, lower_bound),
                        state_v_first=state_v_first)  # fmt: skip
     tensors = dict(q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, cu_seqlens=cu_seqlens,
                    o=o, final_state=final_state, A_log=A_log, dt_bias=dt_bias)  # fmt: skip
@@ -68,13 +70,13 @@ def traced_prefill(call: PrefillCall, o, final_state) -> None:
     scratch = call.workspace.buffer if call.workspace is not None else None
     fused = call.fused
     kda_prefill_(call.q, call.k, call.v, call.g, call.beta, call.initial_state, call.cu_seqlens, o, final_state,
-                 scratch, call.scale, call.route, UNDECIDED, int(call.tuning), call.A_log, call.dt_bias,
+                 scratch, call.scale, call.route, UNDECIDED, call.tuning.warps, call.tuning.stages, call.A_log, call.dt_bias,
                  fused.qk_l2norm, fused.beta_mode, fused.gate_mode, float(fused.lower_bound),
                  bool(call.state_v_first))  # fmt: skip
 
 
 @kda_prefill_.register_fake
-def _(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, scale, route, route_id, tuning,
-      A_log=None, dt_bias=None, qk_l2norm=False, beta_mode=0, gate_mode=0, lower_bound=0.0,
+def _(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, scale, route, route_id, tuning_warps,
+      tuning_stages, A_log=None, dt_bias=None, qk_l2norm=False, beta_mode=0, gate_mode=0, lower_bound=0.0,
       state_v_first=False) -> None:  # fmt: skip
     return None

@@ -15,6 +15,7 @@ from kdactl.kda.device import current_stream_ptr, kernels
 from kdactl.kda.fused import NONE, Fused
 from kdactl.kda.problem import DTYPE_CODES, KdaProblem
 from kdactl.kda.routes import ROUTE_TABLE, DeviceInfo
+from kdactl.kda.tuning import AUTO, Tuning
 from kdactl.kda.workspace import KdaWorkspace
 from kdactl.kernel_abi import LEADING_POINTERS, KdaArgs
 
@@ -27,7 +28,7 @@ class LaunchPlan:
     __slots__ = ("route_id", "kernel", "address", "template", "need", "device_index", "slow", "what")
 
     def __init__(self, p: KdaProblem, device: DeviceInfo, route_id: int, device_index: int, scale: float,
-                 tuning: int = 0, fused: Fused = NONE, cu_seqlens_int32: bool = False, checkpoint_dtype: int = 0):  # fmt: skip
+                 tuning: Tuning = AUTO, fused: Fused = NONE, cu_seqlens_int32: bool = False, checkpoint_dtype: int = 0):  # fmt: skip
 
         lib = kernels()
         self.route_id, self.device_index = route_id, device_index
@@ -36,7 +37,8 @@ class LaunchPlan:
             lower_bound=fused.lower_bound, batch=p.num_seqs, seqlen=p.seqlen, heads=p.heads, key_dim=p.key_dim,
             value_dim=p.value_dim, g_dtype=p.g_dtype, beta_dtype=p.beta_dtype, qkv_fp16=int(p.qkv_fp16),
             state_v_first=int(p.state_v_first), checkpoint_every=p.checkpoint_every, checkpoint_dtype=checkpoint_dtype,
-            cu_seqlens_is_int32=int(cu_seqlens_int32), varlen=int(p.varlen), tuning=tuning, scale=scale,
+            cu_seqlens_is_int32=int(cu_seqlens_int32), varlen=int(p.varlen), tuning_warps=tuning.warps,
+            tuning_stages=tuning.stages, scale=scale,
             segment_chunks=ROUTE_TABLE[route_id].segment_chunks(p, device),
         )  # fmt: skip
         self.need = lib.workspace_bytes(route_id, self.template)  # reads no pointer
@@ -48,7 +50,7 @@ class LaunchPlan:
     @classmethod
     def of(cls, p: KdaProblem, device: DeviceInfo, route_id: int, call: PrefillCall) -> LaunchPlan:
         """The plan for a validated call: q's device, cu_seqlens' and the checkpoints' element types."""
-        return cls(p, device, route_id, call.q.device.index, call.scale, int(call.tuning), call.fused,
+        return cls(p, device, route_id, call.q.device.index, call.scale, call.tuning, call.fused,
                    call.cu_seqlens is not None and call.cu_seqlens.dtype == torch.int32,
                    DTYPE_CODES[call.checkpoints.dtype] if call.checkpoints is not None else 0)  # fmt: skip
 
@@ -64,8 +66,9 @@ class LaunchPlan:
         if state_pool is not None:
             initial_state = state_pool
         args = self.template.__class__.from_buffer_copy(self.template)
-        # KdaArgs starts with the LEADING_POINTERS, in this order: one write sets them all.
-        _POINTERS.from_buffer(args)[:] = (
+        # KdaArgs starts with the LEADING_POINTERS, in this order: one write sets them all (ctypes takes
+        # any sequence; its stubs say list, and a list would be one more object on every call).
+        _POINTERS.from_buffer(args)[:] = (  # type: ignore[call-overload]
             q.data_ptr(), k.data_ptr(), v.data_ptr(), g.data_ptr(), beta.data_ptr(),
             initial_state.data_ptr() if initial_state is not None else 0, o.data_ptr(),
             final_state.data_ptr() if final_state is not None else 0,

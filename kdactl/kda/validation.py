@@ -15,6 +15,7 @@ from kdactl.kda.call import PrefillCall
 from kdactl.kda.device import capturing
 from kdactl.kda.fused import NONE, Fused
 from kdactl.kda.problem import GATE_DTYPES, KEY_DIMS, QKV_DTYPES, VALUE_DIMS, KdaProblem
+from kdactl.kda.tuning import Tuning
 from kdactl.kernel_abi import CHUNK, GATE_SOFTPLUS, MAX_GRID_DIM
 
 
@@ -61,6 +62,10 @@ def validate_call(
         raise _fail("fused", f"must be a kdactl.kda.fused.Fused, got {type(fused).__name__}")
     device = c.q.device
     validate_fused(fused, c.A_log, c.dt_bias, problem, device, require_cuda=require_cuda, runtime=runtime)
+    if not isinstance(c.tuning, Tuning):
+        raise _fail(
+            "tuning", f"must be a kdactl.kda.Tuning (e.g. Tuning(warps=8, stages=4)), got {type(c.tuning).__name__}"
+        )
     validate_pool(c.state_pool, c.state_indices, problem, device, require_cuda=require_cuda, runtime=runtime)
     if c.state_pool is not None:
         if c.initial_state is not None or c.output_final_state or (isinstance(c.out, tuple) and c.out[1] is not None):
