@@ -143,3 +143,19 @@ def test_prefill_describes_its_call_once_with_every_argument_by_name(monkeypatch
     kda.prefill(**given)
     ((call, options),) = seen
     assert type(call) is PrefillCall and call._asdict() == given and options is None
+
+
+def test_under_the_slow_fault_the_plans_stay_in_python(monkeypatch):
+    """kdactl_host launches once; the slow fault's spare launch is LaunchPlan.launch's."""
+
+    def no_host_module(*a, **kw):
+        raise AssertionError("kdactl_host must not be loaded under KDACTL_FAULT=slow")
+
+    monkeypatch.setattr(plans, "_HOST", None)
+    monkeypatch.setattr(plans, "_DECIDED", False)
+    monkeypatch.setattr(plans, "_STATUS", "")
+    monkeypatch.setattr(plans, "slow_fault", lambda: True)
+    monkeypatch.setattr(plans, "load_host_module", no_host_module)
+    monkeypatch.delenv("KDACTL_HOST_MODULE", raising=False)
+    plans._choose_table()
+    assert plans._HOST is None and plans.host_status() == "python: KDACTL_FAULT=slow"
