@@ -12,7 +12,7 @@ from kdactl import kernel_abi
 from kdactl.kda.call import PrefillCall
 from kdactl.kernel_abi import KdaArgs
 from kdactl.settings import Settings
-from tests.kda_plan_cases import BOUNDS, CU_SEQLENS
+from tests.kda_plan_cases import BOUNDS, CU_SEQLENS, MISSES, tensors
 
 pytestmark = pytest.mark.nvcc
 
@@ -58,14 +58,6 @@ class Fake:
     def _capture(self, stream, out):
         out[0] = self.capture
         return 0
-
-
-def tensors(T=64, H=4, D=128, **change):
-    x = dict(q=torch.randn(1, T, H, D), k=torch.randn(1, T, H, D), v=torch.randn(1, T, H, D),
-             g=torch.randn(1, T, H, D), beta=torch.randn(1, T, H), initial_state=None, cu_seqlens=None, A_log=None,
-             dt_bias=None, state_pool=None, state_indices=None)  # fmt: skip
-    x.update(change)
-    return tuple(x.values())
 
 
 def call(t, out=None, cu_seqlens_cpu=None, workspace=None):
@@ -131,13 +123,7 @@ def test_given_outputs_and_the_state_pool_are_returned_as_given(module):
     assert got[1] is pool and fake.calls[-1]["initial_state"] == fake.calls[-1]["final_state"] == pool.data_ptr()
 
 
-@pytest.mark.parametrize("change", [
-    dict(g=torch.randn(1, 64, 4, 128).to(torch.bfloat16)),
-    dict(q=torch.randn(1, 32, 4, 128)),
-    dict(q=torch.randn(1, 64, 128, 4).transpose(2, 3)),  # same shape, not contiguous
-    dict(q=torch.nn.Parameter(torch.randn(1, 64, 4, 128), requires_grad=False)),  # not exactly a Tensor
-    dict(initial_state=torch.zeros(1, 4, 128, 128)),
-])  # fmt: skip
+@pytest.mark.parametrize("change", MISSES.values(), ids=MISSES.keys())
 def test_any_other_metadata_misses(module, change):
     fake = Fake(module)
     remember(module, fake, tensors())
@@ -151,14 +137,6 @@ def test_other_options_or_out_miss(module):
     assert module.run((0.5, *OPTIONS[1:]), call(t)) is None
     assert module.run(OPTIONS, call(t, torch.empty(1, 64, 4, 128), None, None)) is None
     assert not fake.calls
-
-
-def test_a_misaligned_pointer_misses(module):
-    fake = Fake(module)
-    remember(module, fake, tensors())
-    flat = torch.empty(64 * 4 * 128 + 8)
-    q = flat[1 : 1 + 64 * 4 * 128].view(1, 64, 4, 128)  # contiguous, 4 bytes off
-    assert module.run(OPTIONS, call(tensors(q=q))) is None and not fake.calls
 
 
 def test_another_current_device_misses(module):

@@ -9,7 +9,7 @@ import kdactl.kda as kda
 from kdactl.kda import plans
 from kdactl.kda.routes import DeviceInfo
 from tests.kda_inputs import cu_seqlens_of, make_inputs
-from tests.kda_plan_cases import BOUNDS, CU_SEQLENS, SEQLEN
+from tests.kda_plan_cases import BOUNDS, CU_SEQLENS, MISSES, SEQLEN, tensors
 
 H200 = DeviceInfo(sm_count=132, cc=(9, 0), target="sm_90a")
 
@@ -159,3 +159,14 @@ def test_under_the_slow_fault_the_plans_stay_in_python(monkeypatch):
     monkeypatch.delenv("KDACTL_HOST_MODULE", raising=False)
     plans._choose_table()
     assert plans._HOST is None and plans.host_status() == "python: KDACTL_FAULT=slow"
+
+
+@pytest.mark.parametrize("change", MISSES.values(), ids=MISSES.keys())
+def test_the_python_table_misses_on_the_changes_kdactl_host_misses_on(change):
+    from kdactl.kda.call import PrefillCall
+
+    options = (None, True, "auto", kda.Tuning(), None, False, False, type(None))
+    key, aligned = plans.call_key(PrefillCall(*tensors()), options)
+    assert key is not None and aligned
+    other, other_aligned = plans.call_key(PrefillCall(*tensors(**change)), options)
+    assert other is None or other != key or not other_aligned
