@@ -10,7 +10,9 @@ or whose outputs depend on them (checkpoints) always take the full path.
 
 Two tables keep plans with the same rules: kdactl_host (csrc/host/kdactl_host.cpp), which runs a
 planned call in one native step, once a call on the GPU has built or loaded it; and this module's
-dict, where that module cannot be built (or KDACTL_HOST_MODULE=0), and for CPU tensors (tests).
+dict, where that module cannot be built (or KDACTL_HOST_MODULE=0), under KDACTL_FAULT=slow, and for
+CPU tensors (tests). tests/kda_plan_cases.py runs both on one table of keys that must miss and of
+host bounds; kdactl_host checks the call's field order and its constants against kdactl.kernel_abi.
 """
 
 from __future__ import annotations
