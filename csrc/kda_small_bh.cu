@@ -145,7 +145,7 @@ int launch(const kdactl_kda_args& a, int optin, cudaStream_t stream) {
 // 0 when this route has a kernel for `a`, else the code naming the argument that stops it.
 int argument_error(const kdactl_kda_args& a) {
   if (int rc = head_error(a)) return rc;
-  if (a.cu_seqlens != nullptr) return KDACTL_ERR_BAD_CU_SEQLENS;
+  if (a.varlen) return KDACTL_ERR_BAD_CU_SEQLENS;
   return a.segment_chunks > 0 ? 0 : KDACTL_ERR_BAD_SEGMENT_CHUNKS;
 }
 
