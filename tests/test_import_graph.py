@@ -9,8 +9,6 @@ parent packages the interpreter also runs are not arrows.
 from __future__ import annotations
 
 import ast
-import fnmatch
-from collections.abc import Iterable
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "kdactl"
@@ -37,10 +35,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("fleet/integrations", ("kdactl.fleet", "kdactl.integrations")),
     ("commands", ("kdactl.build_command", "kdactl.cli", "kdactl.entry", "kdactl.__main__")),
 ]  # fmt: skip
-
-# Arrows another branch removes; the test does not count them until it lands.
-# "a <-> b": the arrows both ways between a and b; "a -> b.*": every arrow from a into b's package.
-PENDING_ELSEWHERE: set[str] = set()
 
 Edge = tuple[str, str]
 
@@ -89,19 +83,6 @@ def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
 
 def edges_of(graph: dict[str, set[str]]) -> set[Edge]:
     return {(a, b) for a, targets in graph.items() for b in targets}
-
-
-def pending(edge: Edge, patterns: Iterable[str] = PENDING_ELSEWHERE) -> bool:
-    for pattern in patterns:
-        if "<->" in pattern:
-            x, y = (s.strip() for s in pattern.split("<->"))
-            if edge in ((x, y), (y, x)):
-                return True
-        else:
-            src, dst = (s.strip() for s in pattern.split("->"))
-            if fnmatch.fnmatchcase(edge[0], src) and fnmatch.fnmatchcase(edge[1], dst):
-                return True
-    return False
 
 
 def cycles(edges: set[Edge]) -> list[list[str]]:
@@ -172,7 +153,7 @@ def upward(edges: set[Edge]) -> list[str]:
 
 
 def _counted() -> set[Edge]:
-    return {e for e in edges_of(import_graph()) if not pending(e)}
+    return edges_of(import_graph())
 
 
 def test_every_module_has_a_layer():
@@ -227,11 +208,3 @@ def test_the_graph_reader_sees_function_level_relative_and_from_imports(tmp_path
 
 def test_a_module_outside_every_layer_is_unplaced():
     assert layer_of("kdactl.new_module") is None and layer_of("kdactl.jit.new_module") == 4
-
-
-def test_pending_patterns():
-    patterns = {"kdactl.kda.problem <-> kdactl.kda.routes", "kdactl.faults -> kdactl.kda.*"}
-    assert pending(("kdactl.kda.routes", "kdactl.kda.problem"), patterns)
-    assert pending(("kdactl.faults", "kdactl.kda.routes"), patterns)
-    assert not pending(("kdactl.faults", "kdactl.node"), patterns)
-    assert not pending(("kdactl.kda.routes", "kdactl.kda.op"), patterns)
