@@ -62,14 +62,14 @@ def device():
 @pytest.fixture(scope="session")
 def kernels():
     """The kernel library this process uses (built or loaded once); failing to load is an error."""
-    from kdactl.kda.op import kernels as load
+    from kdactl.kda.device import kernels as load
 
     return load()
 
 
 @pytest.fixture(scope="session")
 def device_info(device, kernels):
-    from kdactl.kda.op import device_info as info
+    from kdactl.kda.device import device_info as info
 
     return info(device)
 

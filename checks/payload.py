@@ -26,7 +26,7 @@ def run(faults_lib: str | None) -> int:
     from kdactl import faults
     from kdactl.jit.selftest import run_selftest
     from kdactl.kda import ROUTES
-    from kdactl.kda.op import device_info, kernels
+    from kdactl.kda.device import device_info, kernels
 
     if not torch.cuda.is_available():
         print(f"{ERROR} no CUDA GPU visible", flush=True)

@@ -67,6 +67,8 @@ static inline int kdactl_launch_prologue(const kdactl_kda_args* a, int* sms, int
   auto dtype_ok = [](int32_t d) { return d == KDACTL_DTYPE_FP32 || d == KDACTL_DTYPE_BF16 || d == KDACTL_DTYPE_FP16; };
   if (!dtype_ok(a->g_dtype) || !dtype_ok(a->beta_dtype) || (a->qkv_fp16 != 0 && a->qkv_fp16 != 1))
     return KDACTL_ERR_BAD_DTYPE;
+  if ((a->varlen != 0 && a->varlen != 1) || (a->varlen == 1) != (a->cu_seqlens != nullptr))
+    return KDACTL_ERR_BAD_VARLEN;
   if (a->checkpoints != nullptr &&
       (a->checkpoint_every <= 0 || a->checkpoint_every % KDACTL_CHUNK != 0 ||
        (a->checkpoint_dtype != KDACTL_DTYPE_FP32 && a->checkpoint_dtype != KDACTL_DTYPE_BF16)))

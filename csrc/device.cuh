@@ -103,7 +103,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
 // ---- Layouts --------------------------------------------------------------------------------------
 // Sequence n's token rows [bos, eos) in the flattened [B*T] layout (fixed: n * T; varlen: cu_seqlens).
 __device__ __forceinline__ void sequence_bounds(const kdactl_kda_args& a, int64_t n, int64_t& bos, int64_t& eos) {
-  if (a.cu_seqlens == nullptr) {
+  if (!a.varlen) {
     bos = n * a.seqlen;
     eos = bos + a.seqlen;
   } else if (a.cu_seqlens_is_int32) {
@@ -135,7 +135,7 @@ __device__ __forceinline__ int64_t state_at(const kdactl_kda_args& a, bool v_fir
 // sequences before it, ceil(len / every) each. Varlen walks cu_seqlens (only when checkpoints are asked).
 __device__ __forceinline__ int64_t checkpoint_base(const kdactl_kda_args& a, int64_t n) {
   const int64_t every = a.checkpoint_every;
-  if (a.cu_seqlens == nullptr) return n * ((a.seqlen + every - 1) / every);
+  if (!a.varlen) return n * ((a.seqlen + every - 1) / every);
   int64_t rows = 0, bos, eos;
   for (int64_t m = 0; m < n; ++m) {
     sequence_bounds(a, m, bos, eos);

@@ -25,7 +25,7 @@ int launch(const kdactl_kda_args& a, RecurShape rs, int sms, int optin, cudaStre
   if (!chunk_builds(rs, V)) return KDACTL_ERR_BAD_TUNING;
   if (int rc = launch_prepare(a, stream)) return rc;
   Segments whole;
-  whole.longest_first = a.cu_seqlens != nullptr && recur_units(a, V, rs.warps) > sms;
+  whole.longest_first = a.varlen && recur_units(a, V, rs.warps) > sms;
   switch (rs.warps) {
     case 2: return launch_ring<K, V, 2>(a, whole, rs.stages, optin, stream);
     case 4: return launch_ring<K, V, 4>(a, whole, rs.stages, optin, stream);

@@ -64,7 +64,7 @@ constexpr int kWarmChunks = 8;
 constexpr float kBoundMargin = 1.f + 1.f / 64.f;
 
 __host__ __device__ inline int64_t num_slots(const kdactl_kda_args& a) {
-  const int64_t rows = a.cu_seqlens ? a.seqlen : a.batch * a.seqlen;
+  const int64_t rows = a.varlen ? a.seqlen : a.batch * a.seqlen;
   return rows / C + a.batch;
 }
 
@@ -560,7 +560,7 @@ struct RecurStage {
 constexpr int kOrderMax = 64;
 template <int THREADS>
 __device__ __forceinline__ int64_t longest_first(const kdactl_kda_args& a, int64_t z) {
-  if (a.cu_seqlens == nullptr || a.batch < 2 || a.batch > kOrderMax) return z;
+  if (!a.varlen || a.batch < 2 || a.batch > kOrderMax) return z;
   __shared__ int64_t len[kOrderMax];
   __shared__ int64_t picked;
   for (int m = threadIdx.x; m < a.batch; m += THREADS) {

@@ -30,7 +30,7 @@ int64_t segment_count(const kdactl_kda_args& a) {
   return (chunks + a.segment_chunks - 1) / a.segment_chunks;
 }
 int64_t unit_count(const kdactl_kda_args& a) {
-  if (a.cu_seqlens == nullptr) return a.batch * segment_count(a);
+  if (!a.varlen) return a.batch * segment_count(a);
   return (num_slots(a) + a.segment_chunks - 1) / a.segment_chunks + a.batch;
 }
 
@@ -41,7 +41,7 @@ template <int K, int V>
 uint64_t workspace_bytes(const kdactl_kda_args& a) {
   const uint64_t states = static_cast<uint64_t>(unit_count(a)) * a.heads;
   const uint64_t starts = a.state_indices ? static_cast<uint64_t>(a.batch) * a.heads * K * V * sizeof(float) : 0;
-  const uint64_t table = a.cu_seqlens ? (unit_count(a) + a.batch + 1) * sizeof(int) : 0;
+  const uint64_t table = a.varlen ? (unit_count(a) + a.batch + 1) * sizeof(int) : 0;
   return blocks_bytes<K>(a) + states * (K * V + K * K) * sizeof(float) + starts + table;
 }
 
@@ -49,7 +49,7 @@ template <int K, int V>
 Segments segments_of(const kdactl_kda_args& a) {
   Segments sg;
   sg.chunks = a.segment_chunks;
-  sg.count = static_cast<int>(a.cu_seqlens ? unit_count(a) : segment_count(a));  // varlen: a bound per sequence
+  sg.count = static_cast<int>(a.varlen ? unit_count(a) : segment_count(a));  // varlen: a bound per sequence
   sg.bounded = true;  // the prepare pass stores every chunk's bound when segment_chunks > 0
   unsigned char* base = static_cast<unsigned char*>(a.workspace) + blocks_bytes<K>(a);
   const int64_t states = unit_count(a) * a.heads;
@@ -57,7 +57,7 @@ Segments segments_of(const kdactl_kda_args& a) {
   sg.maps = sg.ends + states * K * V;
   float* after = sg.maps + states * K * K;
   if (a.state_indices) sg.starts = after, after += a.batch * a.heads * K * V;
-  if (a.cu_seqlens) {
+  if (a.varlen) {
     sg.unit_seq = reinterpret_cast<int*>(after);
     sg.seq_unit0 = sg.unit_seq + unit_count(a);
   }

@@ -8,15 +8,15 @@
 extern "C" {
 #endif
 
-#define KDACTL_ABI_VERSION 7
+#define KDACTL_ABI_VERSION 8
 
-// Facts the Python side is built on: kdactl.kda.routes holds each one under the name without the
+// Facts the Python side is built on: kdactl.kernel_abi holds each one under the name without the
 // prefix, and the loader refuses a library whose values (kdactl_constant) differ.
 #define KDACTL_MAX_GRID_DIM 65535      // heads, sequences and segment slots each map to grid y or z
 #define KDACTL_CHUNK 16                // tokens per chunk of the chunked routes
 #define KDACTL_SMALL_BH_CTAS_PER_SM 2  // small_bh's recurrence CTAs one SM holds: its plan fills one wave
 
-// The route table, X(id, name), ids 0, 1, ... in order; kdactl.kda.routes.ROUTE_TABLE lists the same
+// The route table, X(id, name), ids 0, 1, ... in order; kdactl.kernel_abi.ROUTES lists the same
 // (the loader compares them through kdactl_route_count / kdactl_route_name). Route `name` is launched
 // by kdactl_kda_<name> (declared below) and sized by kdactl_<name>_workspace_bytes (common.cuh).
 #define KDACTL_ROUTES(X)                                                                         \
@@ -51,6 +51,7 @@ enum {
   KDACTL_ERR_BAD_GATE_MODE,
   KDACTL_ERR_BAD_DTYPE,
   KDACTL_ERR_BAD_CHECKPOINTS,
+  KDACTL_ERR_BAD_VARLEN,
   KDACTL_ERR_BAD_END  // one past the last bad-argument code (not a code)
 };
 
@@ -99,7 +100,7 @@ enum {
 // KDA prefill arguments shared by all routes. Layouts follow flash-linear-attention:
 // q,k [B,T,Hqk,K] (Hqk = qk_heads, dividing H); v, o [B,T,H,V], all four bf16 or all fp16;
 // g [B,T,H,K] and beta [B,T,H] fp32, bf16 or fp16; state [N,H,K,V] fp32 ([N,H,V,K] with state_v_first).
-// Varlen: B == 1 and cu_seqlens [N+1] gives the sequence bounds.
+// Varlen (varlen == 1): B == 1 and cu_seqlens [N+1] gives the sequence bounds.
 typedef struct {
   const void* q;
   const void* k;
@@ -109,7 +110,7 @@ typedef struct {
   const float* initial_state;   // may be NULL (zero state)
   void* o;
   float* final_state;           // may be NULL (not wanted)
-  const void* cu_seqlens;       // NULL for fixed-length batches; int32 or int64, [batch + 1]
+  const void* cu_seqlens;       // varlen only (else NULL); int32 or int64, [batch + 1]
   int64_t batch;                // B (fixed) or N (varlen: number of sequences)
   int64_t seqlen;               // T of the tensors (total tokens for varlen)
   int32_t heads;                // H
@@ -144,6 +145,10 @@ typedef struct {
   void* checkpoints;
   int32_t checkpoint_every;     // tokens, a positive multiple of KDACTL_CHUNK
   int32_t checkpoint_dtype;     // KDACTL_DTYPE_FP32 or KDACTL_DTYPE_BF16
+  // The layout: 1 packs the sequences along T with their bounds in cu_seqlens, 0 is B fixed-length
+  // sequences. Workspace sizes depend on it and read no pointer; a launch needs cu_seqlens exactly
+  // when it is 1.
+  int32_t varlen;
 } kdactl_kda_args;
 
 // Scratch bytes route `route` (an id of KDACTL_ROUTES) needs for these shapes (pointers are not read).

@@ -63,7 +63,7 @@ constexpr ArgumentError kArgumentErrors[] = {
     {KDACTL_ERR_BAD_HEADS, "heads", "heads must be in 1.." KDACTL_STR(KDACTL_MAX_GRID_DIM)},
     {KDACTL_ERR_BAD_KEY_DIM, "key_dim", "key_dim has no kernel in this route"},
     {KDACTL_ERR_BAD_VALUE_DIM, "value_dim", "value_dim has no kernel in this route"},
-    {KDACTL_ERR_BAD_CU_SEQLENS, "cu_seqlens", "cu_seqlens must be NULL: this route takes the fixed-length layout"},
+    {KDACTL_ERR_BAD_CU_SEQLENS, "cu_seqlens", "this route takes the fixed-length layout: varlen must be 0 and cu_seqlens NULL"},
     {KDACTL_ERR_BAD_TUNING, "tuning", "tuning_warps and tuning_stages name no kernel this route builds"},
     {KDACTL_ERR_BAD_WORKSPACE, "workspace", "workspace is NULL or smaller than kdactl_kda_workspace_bytes"},
     {KDACTL_ERR_BAD_SEGMENT_CHUNKS, "segment_chunks",
@@ -74,6 +74,7 @@ constexpr ArgumentError kArgumentErrors[] = {
     {KDACTL_ERR_BAD_DTYPE, "dtype", "g_dtype and beta_dtype must be KDACTL_DTYPE_*, qkv_fp16 0 or 1"},
     {KDACTL_ERR_BAD_CHECKPOINTS, "checkpoints",
      "checkpoint_every must be a positive multiple of KDACTL_CHUNK and checkpoint_dtype fp32 or bf16"},
+    {KDACTL_ERR_BAD_VARLEN, "varlen", "varlen must be 0 or 1, and cu_seqlens non-NULL exactly when it is 1"},
 };
 constexpr int kArgumentErrorCount = sizeof(kArgumentErrors) / sizeof(kArgumentErrors[0]);
 

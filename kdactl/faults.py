@@ -9,8 +9,9 @@ Values:
   crash                 a check calls os.abort(), so the suite process dies (inconclusive);
   busy                  the perf stage starts a co-tenant process that keeps the GPU busy while it
                         times, so the perf gate must see it and end inconclusive (never failed);
-  slow                  every KDA call launches its kernels twice (same result, twice the time), so
-                        the perf gate must fail the node.
+  slow                  every KDA launch runs once more first, into spare outputs: the same results (a
+                        state pool updated in place as one launch leaves it) in about twice the device
+                        time, so the smokes pass and the perf gate must fail the node.
 A value kdactl does not know raises ValueError: a typo must never let a run look clean. The commands
 that plant faults (certify, sanitize, bench) check the variable before they touch the node
 (``fault_from_env``): a bad value is a usage error (exit 2), never a run and never a certificate.
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kdactl.errors import UsageError
+from kdactl.kernel_abi import ROUTES
 
 ENV_VAR = "KDACTL_FAULT"
 KINDS = ("wrong-result", "sanitizer", "hang", "crash", "busy", "slow")
@@ -38,8 +40,6 @@ class Fault:
 
 
 def valid_values() -> str:
-    from kdactl.kda.routes import ROUTES  # torch-free: the route table only
-
     return ", ".join([f"wrong-result:{r}" for r in ROUTES] + list(KINDS[1:]))
 
 
@@ -53,8 +53,6 @@ def parse_fault(value: str | None) -> Fault | None:
     if kind not in KINDS or (kind == "wrong-result") != bool(route) or (colon and not route):
         raise ValueError(f"{ENV_VAR}={text!r} is not a fault kdactl knows; valid values: {valid_values()}")
     if kind == "wrong-result":
-        from kdactl.kda.routes import ROUTES
-
         if route not in ROUTES:
             raise ValueError(f"{ENV_VAR}={text!r}: no route {route!r}; valid values: {valid_values()}")
         return Fault(kind, route)

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from kdactl.errors import UsageError
-from kdactl.kda.routes import ROUTES  # the expected routes must be routes of this build
+from kdactl.kernel_abi import ROUTES  # the expected routes must be routes of this build
 from kdactl.targets import TARGETS
 
 Version = tuple[int, int]

@@ -110,6 +110,11 @@ for _ in range(3): prefill(**x, route='chunk')" > $S/ncu.log 2>&1; echo "ncu rc=
       sku=$(kdactl detect --json | python3 -c "import json,sys;print(json.load(sys.stdin)['gpus'][0]['sku'])")
       timeout 60 kdactl bench --suite smoke --peers none --iters 8 --record-baseline --baseline $OUT/$sku.toml > /dev/null
       echo "record rc=$?"; cat $OUT/$sku.toml ;;
+    cold-build)  # a cold build of one target on this node's cores (no cache entry): wall time, the slowest units
+      cb=$(mktemp -d); chmod 700 $cb; echo "$(nproc) cores"
+      time KDACTL_CACHE_DIR=$cb timeout 300 kdactl build --target ${CB_TARGET:-sm_90a} --json > $S/cold_build.json; echo rc=$?
+      find $cb -name .ninja_log -exec sort -t$'\t' -k2,2n {} \; | awk -F'\t' 'NR>1 {printf "%6.1f s %s\n", ($2-$1)/1000, $4}' | sort -rn | head -5
+      rm -rf $cb ;;
     gate-time)  # kdactl gate's wall time (tools/bench_gate.py: fresh process, median of 20): this node's
       # certificate (a --quick one), the fake 8-GPU one, and both node-signed
       [ -f /tmp/kd/cert.json ] || { timeout 120 kdactl certify --quick --expect-gpus 1 --out /tmp/kd/cert.json > $S/gt.out 2>&1

@@ -59,7 +59,7 @@ def _probe(folder, statements: list[str]) -> list[str]:
 def _args(B: int, T: int, H: int, D: int, varlen: bool, tuning: Tuning) -> str:
     return (f"kdactl_kda_args a{{}}; a.batch = {B}; a.seqlen = {T}; a.heads = {H}; a.key_dim = a.value_dim = {D};"
             f" a.tuning_warps = {tuning.warps}; a.tuning_stages = {tuning.stages};"
-            f" a.cu_seqlens = {'&a' if varlen else 'nullptr'};")  # fmt: skip
+            f" a.varlen = {int(varlen)}; a.cu_seqlens = {'&a' if varlen else 'nullptr'};")  # fmt: skip
 
 
 @pytest.fixture(scope="module")

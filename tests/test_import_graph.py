@@ -9,8 +9,6 @@ parent packages the interpreter also runs are not arrows.
 from __future__ import annotations
 
 import ast
-import fnmatch
-from collections.abc import Iterable
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "kdactl"
@@ -22,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "kdactl"
 # and the commands that drive all of it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("kdactl", "kdactl.errors", "kdactl.settings", "kdactl.atomic", "kdactl.assets", "kdactl.proc",
-              "kdactl.results", "kdactl.emit")),
+              "kdactl.results", "kdactl.emit", "kdactl.kernel_abi")),
     ("targets", ("kdactl.targets",)),
     ("skus", ("kdactl.skus",)),
     ("hw", ("kdactl.hw",)),
@@ -37,17 +35,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("fleet/integrations", ("kdactl.fleet", "kdactl.integrations")),
     ("commands", ("kdactl.build_command", "kdactl.cli", "kdactl.entry", "kdactl.__main__")),
 ]  # fmt: skip
-
-# Arrows another branch removes (the op's own split); the test does not count them until it lands.
-# "a <-> b": the arrows both ways between a and b; "a -> b.*": every arrow from a into b's package.
-PENDING_ELSEWHERE: set[str] = {
-    "kdactl.kda.problem <-> kdactl.kda.routes",
-    "kdactl.kda.op <-> kdactl.kda.workspace",
-    "kdactl.kda <-> kdactl.kda.fla_api",
-    "kdactl.faults -> kdactl.kda.*",
-    "kdactl.skus -> kdactl.kda.*",
-    "kdactl.jit.library -> kdactl.kda.*",
-}
 
 Edge = tuple[str, str]
 
@@ -96,19 +83,6 @@ def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
 
 def edges_of(graph: dict[str, set[str]]) -> set[Edge]:
     return {(a, b) for a, targets in graph.items() for b in targets}
-
-
-def pending(edge: Edge, patterns: Iterable[str] = PENDING_ELSEWHERE) -> bool:
-    for pattern in patterns:
-        if "<->" in pattern:
-            x, y = (s.strip() for s in pattern.split("<->"))
-            if edge in ((x, y), (y, x)):
-                return True
-        else:
-            src, dst = (s.strip() for s in pattern.split("->"))
-            if fnmatch.fnmatchcase(edge[0], src) and fnmatch.fnmatchcase(edge[1], dst):
-                return True
-    return False
 
 
 def cycles(edges: set[Edge]) -> list[list[str]]:
@@ -179,7 +153,7 @@ def upward(edges: set[Edge]) -> list[str]:
 
 
 def _counted() -> set[Edge]:
-    return {e for e in edges_of(import_graph()) if not pending(e)}
+    return edges_of(import_graph())
 
 
 def test_every_module_has_a_layer():
@@ -234,10 +208,3 @@ def test_the_graph_reader_sees_function_level_relative_and_from_imports(tmp_path
 
 def test_a_module_outside_every_layer_is_unplaced():
     assert layer_of("kdactl.new_module") is None and layer_of("kdactl.jit.new_module") == 4
-
-
-def test_pending_patterns():
-    assert pending(("kdactl.kda.routes", "kdactl.kda.problem"))
-    assert pending(("kdactl.faults", "kdactl.kda.routes"))
-    assert not pending(("kdactl.faults", "kdactl.node"))
-    assert not pending(("kdactl.kda.routes", "kdactl.kda.op"))

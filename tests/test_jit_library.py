@@ -18,7 +18,7 @@ from kdactl.build_command import compile_targets
 from kdactl.jit.library import (EXPECTED_CONSTANTS, KdaArgs, KernelArgumentError, Kernels, KernelError, check_tables,
                                 load_kernels, open_kernels, open_library)  # fmt: skip
 from kdactl.jit.selftest import BLOCK, compare, expected_values, mix, run_selftest
-from kdactl.kda.routes import ROUTE_IDS, ROUTE_TABLE, ROUTES
+from kdactl.kernel_abi import ROUTES
 from kdactl.settings import Settings
 from kdactl.targets import get_target
 
@@ -42,32 +42,6 @@ def _run_c(tmp_path, body: str, includes: str = "") -> str:
     exe = tmp_path / "probe"
     subprocess.run(["cc", "-O0", "-o", str(exe), str(src)], check=True, capture_output=True)
     return subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
-
-
-@needs_cc
-def test_kda_args_matches_the_c_struct_layout(tmp_path):
-    from kdactl.assets import csrc_dir
-
-    lines = ['printf("size %zu\\n", sizeof(kdactl_kda_args));']
-    lines += [f'printf("{n} %zu\\n", offsetof(kdactl_kda_args, {n}));' for n, _ in KdaArgs._fields_]
-    out = _run_c(tmp_path, "\n".join(lines), f'#include "{csrc_dir() / "kdactl_api.h"}"')
-    layout = dict(line.split() for line in out.splitlines())
-    assert int(layout.pop("size")) == ctypes.sizeof(KdaArgs)
-    for name, _ in KdaArgs._fields_:
-        assert int(layout[name]) == getattr(KdaArgs, name).offset, name
-
-
-@needs_cc
-def test_the_c_header_lists_the_python_routes_and_constants(tmp_path):
-    from kdactl.assets import csrc_dir
-
-    lines = ['#define ROUTE(id, name) printf("route %d %s\\n", id, #name);', "KDACTL_ROUTES(ROUTE)"]
-    lines += [f'printf("KDACTL_{n} %lld\\n", (long long)KDACTL_{n});' for n in EXPECTED_CONSTANTS]
-    out = _run_c(tmp_path, "\n".join(lines), f'#include "{csrc_dir() / "kdactl_api.h"}"')
-    routes = [line.split()[1:] for line in out.splitlines() if line.startswith("route ")]
-    assert routes == [[str(r.id), r.name] for r in ROUTE_TABLE]
-    constants = dict(line.split() for line in out.splitlines() if line.startswith("KDACTL_"))
-    assert constants == {f"KDACTL_{n}": str(v) for n, v in EXPECTED_CONSTANTS.items()}
 
 
 def test_kda_args_takes_data_ptr_ints():
@@ -109,7 +83,7 @@ def test_check_tables_accepts_the_library_of_this_registry():
     ((*ROUTES, "segmented"), "route 3 is 'segmented' in the library, missing in kdactl"),
 ], ids=["one-missing", "two-swapped", "one-extra"])  # fmt: skip
 def test_check_tables_names_each_route_that_differs(routes, why):
-    with pytest.raises(BuildError, match=f"/x/libkdactl.so does not match kdactl.kda.routes: {why}"):
+    with pytest.raises(BuildError, match=f"/x/libkdactl.so does not match kdactl.kernel_abi: {why}"):
         check_tables(_TableLib(routes), Path("/x/libkdactl.so"))
 
 
@@ -228,14 +202,24 @@ def test_the_real_library_exports_the_registry_and_names_bad_arguments(tmp_path,
     with pytest.raises(KernelArgumentError, match="tuning_warps and tuning_stages name no kernel this route builds"):
         kernels.check(kernels.kda_route("direct")(ctypes.byref(no_tokens), None), "route 'direct'")
     shapes = KdaArgs(batch=1, seqlen=64, heads=2, key_dim=128, value_dim=128, segment_chunks=2)
-    sizes = {r.name: kernels.workspace_bytes(r.id, shapes) for r in ROUTE_TABLE}
+    sizes = {name: kernels.workspace_bytes(i, shapes) for i, name in enumerate(ROUTES)}
     assert sizes["direct"] == 0 and sizes["small_bh"] > sizes["chunk"] > 0
-    # Varlen (3 sequences, 200 tokens): a table of units besides; no pointer is read for the size.
-    packed = KdaArgs(batch=3, seqlen=200, heads=2, key_dim=128, value_dim=128, segment_chunks=2, cu_seqlens=16)
+    # The layout is the varlen field, never the pointer: two sequences packed into T = 64 need the
+    # chunked route's scratch for 64 rows, two fixed ones for 128; the sizes read no pointer.
+    fixed = KdaArgs(batch=2, seqlen=64, heads=2, key_dim=128, value_dim=128)
+    packed = KdaArgs(batch=2, seqlen=64, heads=2, key_dim=128, value_dim=128, varlen=1)
+    assert kernels.workspace_bytes(ROUTES.index("chunk"), fixed) > kernels.workspace_bytes(ROUTES.index("chunk"), packed) > 0
+    # small_bh on varlen (3 sequences, 200 tokens): a table of units besides the blocks and states.
+    packed = KdaArgs(batch=3, seqlen=200, heads=2, key_dim=128, value_dim=128, segment_chunks=2, varlen=1)
     units = -(-(200 // 16 + 3) // 2) + 3  # ceil(slots / segment_chunks) + N
     blocks = (200 // 16 + 3) * 2 * 14864  # slots x heads x a block's bytes (csrc/kda_chunk.cuh Block<128>)
     want = blocks + units * 2 * (128 * 128 * 2) * 4 + (units + 3 + 1) * 4
-    assert kernels.workspace_bytes(ROUTE_IDS["small_bh"], packed) == want
+    assert kernels.workspace_bytes(ROUTES.index("small_bh"), packed) == want
+    for bad in (dict(varlen=1), dict(cu_seqlens=0x1000), dict(varlen=2, cu_seqlens=0x1000)):  # a launch checks both
+        with pytest.raises(KernelArgumentError, match="varlen must be 0 or 1, and cu_seqlens non-NULL exactly") as err:
+            args = KdaArgs(batch=1, seqlen=64, heads=2, key_dim=128, value_dim=128, **bad)
+            kernels.check(kernels.kda_route("direct")(ctypes.byref(args), None), "route 'direct'")
+        assert err.value.argument == "varlen"
     out = ctypes.c_uint64(0)
     assert lib.kdactl_error_argument(lib.kdactl_kda_workspace_bytes(ctypes.byref(shapes), len(ROUTES), ctypes.byref(out))) == b"route"
 

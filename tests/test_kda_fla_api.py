@@ -7,10 +7,9 @@ import math
 import pytest
 import torch
 
-import kdactl.kda as kda
-from kdactl.kda import chunk_kda
+from kdactl.kda import chunk_kda, fla_api
 from kdactl.kda.fused import BETA_SIGMOID, BETA_SIGMOID2, GATE_LOWER_BOUND, GATE_SOFTPLUS, NONE, Fused
-from kdactl.kda.problem import validate, validate_fused
+from kdactl.kda.validation import validate, validate_fused
 from kdactl.reference import fused_inputs
 from tests.kda_inputs import make_inputs
 
@@ -18,7 +17,7 @@ from tests.kda_inputs import make_inputs
 @pytest.fixture
 def calls(monkeypatch):
     seen = []
-    monkeypatch.setattr(kda, "prefill", lambda *a, **kw: seen.append(kw) or ("o", "state"))
+    monkeypatch.setattr(fla_api, "prefill", lambda *a, **kw: seen.append(kw) or ("o", "state"))
     return seen
 
 
@@ -97,7 +96,7 @@ def test_fp16_passes_as_it_is_and_fp32_is_read_in_bf16_with_o_back_in_fp32(monke
         seen.append((q.dtype, k.dtype, v.dtype))
         return torch.zeros(v.shape, dtype=q.dtype), None
 
-    monkeypatch.setattr(kda, "prefill", fake)
+    monkeypatch.setattr(fla_api, "prefill", fake)
     x = x_of()
     half = {n: x[n].to(torch.float16) if n in "qkv" else x[n] for n in x}
     assert chunk_kda(**half)[0].dtype == torch.float16 and seen[-1] == (torch.float16,) * 3

@@ -8,8 +8,11 @@ import ctypes
 import pytest
 import torch
 
-from kdactl.jit.library import KdaArgs
+from kdactl import kernel_abi
+from kdactl.kda.call import PrefillCall
+from kdactl.kernel_abi import KdaArgs
 from kdactl.settings import Settings
+from tests.kda_plan_cases import BOUNDS, CU_SEQLENS, MISSES, tensors
 
 pytestmark = pytest.mark.nvcc
 
@@ -48,7 +51,8 @@ class Fake:
         a = args.contents
         self.calls.append(dict(q=a.q, k=a.k, v=a.v, g=a.g, beta=a.beta, initial_state=a.initial_state, o=a.o,
                                final_state=a.final_state, cu_seqlens=a.cu_seqlens, workspace=a.workspace,
-                               workspace_bytes=a.workspace_bytes, heads=a.heads, stream=stream))  # fmt: skip
+                               workspace_bytes=a.workspace_bytes, heads=a.heads, stream=stream, A_log=a.A_log,
+                               dt_bias=a.dt_bias, state_indices=a.state_indices, checkpoints=a.checkpoints))  # fmt: skip
         return self.rc
 
     def _capture(self, stream, out):
@@ -56,33 +60,52 @@ class Fake:
         return 0
 
 
-def tensors(T=64, H=4, D=128, **change):
-    x = dict(q=torch.randn(1, T, H, D), k=torch.randn(1, T, H, D), v=torch.randn(1, T, H, D),
-             g=torch.randn(1, T, H, D), beta=torch.randn(1, T, H), initial_state=None, cu_seqlens=None, A_log=None,
-             dt_bias=None, state_pool=None, state_indices=None)  # fmt: skip
-    x.update(change)
-    return tuple(x.values())
+def call(t, out=None, cu_seqlens_cpu=None, workspace=None):
+    """The call prefill hands the module: the tensors, then out, cu_seqlens_cpu and workspace."""
+    return PrefillCall(*t, out, cu_seqlens_cpu, workspace)
 
 
 def remember(module, fake, t, out=None, options=OPTIONS, need=0, state_shape=(1, 4, 128, 128), seqlen=64, plan="LP"):
     template = KdaArgs(heads=4, key_dim=128, value_dim=128)
-    assert module.remember(options, out, t, bytes(template), fake.address(fake.launcher), need, 0, 1, seqlen,
+    assert module.remember(options, call(t, out), bytes(template), fake.address(fake.launcher), need, 0, seqlen,
                            state_shape, plan)  # fmt: skip
 
 
 def test_a_planned_call_launches_with_its_own_pointers_and_fresh_outputs(module):
     fake = Fake(module)
     t = tensors()
-    assert module.run(OPTIONS, None, None, None, t) is None  # nothing planned yet
+    assert module.run(OPTIONS, call(t)) is None  # nothing planned yet
     remember(module, fake, t)
     u = tensors()  # other tensors, same metadata
-    o, state = module.run(OPTIONS, None, None, None, u)
+    o, state = module.run(OPTIONS, call(u))
     assert o.shape == u[2].shape and o.dtype == u[0].dtype and state.shape == (1, 4, 128, 128)
     assert state.dtype == torch.float32
-    call = fake.calls[-1]
-    assert [call[n] for n in ("q", "k", "v", "g", "beta")] == [x.data_ptr() for x in u[:5]]
-    assert call["o"] == o.data_ptr() and call["final_state"] == state.data_ptr() and call["initial_state"] is None
-    assert call["heads"] == 4 and call["stream"] == STREAM and module.size() == 1
+    got = fake.calls[-1]
+    assert [got[n] for n in ("q", "k", "v", "g", "beta")] == [x.data_ptr() for x in u[:5]]
+    assert got["o"] == o.data_ptr() and got["final_state"] == state.data_ptr() and got["initial_state"] is None
+    assert got["heads"] == 4 and got["stream"] == STREAM and module.size() == 1
+
+
+@pytest.mark.parametrize("pool", [False, True])
+def test_each_tensor_of_the_call_lands_in_the_field_of_its_name(module, pool):
+    fake = Fake(module)
+    named = {n: torch.zeros(8) for n in ("initial_state", "cu_seqlens", "A_log", "dt_bias", "state_indices")}
+    named["state_pool"] = torch.zeros(8) if pool else None
+    t = tensors(**named)
+    o, state = torch.empty(8), torch.empty(8)
+    remember(module, fake, t, out=(o, state))
+    module.run(OPTIONS, call(t, (o, state)))
+    got = fake.calls[-1]
+    want = dict(zip(PrefillCall._fields, (x.data_ptr() if x is not None else None for x in t)))
+    if pool:  # the pool is the initial and the final state
+        want["initial_state"] = want["final_state"] = want.pop("state_pool")
+    else:
+        del want["state_pool"]
+        want["final_state"] = state.data_ptr()
+    want.update(o=o.data_ptr(), checkpoints=None)
+    assert {n: got[n] for n in want} == want
+    pointers = [v for v in want.values() if v is not None]
+    assert len(set(pointers)) == len(pointers) - pool  # distinct tensors, but for the pool's two fields
 
 
 def test_given_outputs_and_the_state_pool_are_returned_as_given(module):
@@ -90,44 +113,30 @@ def test_given_outputs_and_the_state_pool_are_returned_as_given(module):
     o, s = torch.empty(1, 64, 4, 128), torch.empty(1, 4, 128, 128)
     t = tensors()
     remember(module, fake, t, out=(o, s))
-    got = module.run(OPTIONS, (o, s), None, None, t)
+    got = module.run(OPTIONS, call(t, (o, s), None, None))
     assert got[0] is o and got[1] is s and fake.calls[-1]["final_state"] == s.data_ptr()
     pool, idx = torch.zeros(3, 4, 128, 128), torch.tensor([2], dtype=torch.int32)
     options = (None, False, "auto", 0, None, False, False, type(None))
     t = tensors(state_pool=pool, state_indices=idx)
     remember(module, fake, t, options=options, state_shape=())
-    got = module.run(options, None, None, None, t)
+    got = module.run(options, call(t))
     assert got[1] is pool and fake.calls[-1]["initial_state"] == fake.calls[-1]["final_state"] == pool.data_ptr()
 
 
-@pytest.mark.parametrize("change", [
-    dict(g=torch.randn(1, 64, 4, 128).to(torch.bfloat16)),
-    dict(q=torch.randn(1, 32, 4, 128)),
-    dict(q=torch.randn(1, 64, 128, 4).transpose(2, 3)),  # same shape, not contiguous
-    dict(q=torch.nn.Parameter(torch.randn(1, 64, 4, 128), requires_grad=False)),  # not exactly a Tensor
-    dict(initial_state=torch.zeros(1, 4, 128, 128)),
-])  # fmt: skip
+@pytest.mark.parametrize("change", MISSES.values(), ids=MISSES.keys())
 def test_any_other_metadata_misses(module, change):
     fake = Fake(module)
     remember(module, fake, tensors())
-    assert module.run(OPTIONS, None, None, None, tensors(**change)) is None and not fake.calls
+    assert module.run(OPTIONS, call(tensors(**change))) is None and not fake.calls
 
 
 def test_other_options_or_out_miss(module):
     fake = Fake(module)
     t = tensors()
     remember(module, fake, t)
-    assert module.run((0.5, *OPTIONS[1:]), None, None, None, t) is None
-    assert module.run(OPTIONS, torch.empty(1, 64, 4, 128), None, None, t) is None
+    assert module.run((0.5, *OPTIONS[1:]), call(t)) is None
+    assert module.run(OPTIONS, call(t, torch.empty(1, 64, 4, 128), None, None)) is None
     assert not fake.calls
-
-
-def test_a_misaligned_pointer_misses(module):
-    fake = Fake(module)
-    remember(module, fake, tensors())
-    flat = torch.empty(64 * 4 * 128 + 8)
-    q = flat[1 : 1 + 64 * 4 * 128].view(1, 64, 4, 128)  # contiguous, 4 bytes off
-    assert module.run(OPTIONS, None, None, None, tensors(q=q)) is None and not fake.calls
 
 
 def test_another_current_device_misses(module):
@@ -135,22 +144,17 @@ def test_another_current_device_misses(module):
     t = tensors()
     remember(module, fake, t)
     fake.device = 1
-    assert module.run(OPTIONS, None, None, None, t) is None and not fake.calls
+    assert module.run(OPTIONS, call(t)) is None and not fake.calls
 
 
-@pytest.mark.parametrize("bounds, planned", [
-    ([0, 10, 64], True), ((0, 64, 64), True), (torch.tensor([0, 30, 64]), True),
-    (torch.tensor([0, 30, 64], dtype=torch.int32), True),
-    ([0, 70, 64], False), ([1, 10, 64], False), ([0, 10, 63], False), ([0, 64], False), ([0, True, 64], False),
-    ([0, 10.0, 64], False), (torch.tensor([0.0, 10.0, 64.0]), False), (torch.tensor([[0, 10, 64]]), False),
-])  # fmt: skip
+@pytest.mark.parametrize("bounds, planned", BOUNDS)
 def test_varlen_calls_check_the_host_bounds(module, bounds, planned):
     fake = Fake(module)
-    cu = torch.tensor([0, 10, 64])
+    cu = torch.tensor(CU_SEQLENS)
     options = (*OPTIONS[:-1], type(bounds))
     t = tensors(cu_seqlens=cu)
     remember(module, fake, t, options=options, state_shape=(2, 4, 128, 128))
-    got = module.run(options, None, bounds, None, t)
+    got = module.run(options, call(t, None, bounds, None))
     assert (got is not None) == planned and len(fake.calls) == int(planned)
     if planned:
         assert fake.calls[0]["cu_seqlens"] == cu.data_ptr() and got[1].shape == (2, 4, 128, 128)
@@ -179,7 +183,7 @@ def test_a_workspace_is_used_only_once_bound_to_this_stream_or_capture(module, w
     options = (*OPTIONS[:6], True, OPTIONS[7])
     t = tensors()
     remember(module, fake, t, options=options, need=4000)
-    got = module.run(options, None, None, ws, t)
+    got = module.run(options, call(t, None, None, ws))
     assert (got is not None) == planned
     if planned:
         assert fake.calls[0]["workspace"] == ws.buffer.data_ptr() and fake.calls[0]["workspace_bytes"] == 4096
@@ -189,7 +193,7 @@ def test_without_a_workspace_the_scratch_is_allocated(module):
     fake = Fake(module)
     t = tensors()
     remember(module, fake, t, need=4000)
-    module.run(OPTIONS, None, None, None, t)
+    module.run(OPTIONS, call(t))
     assert fake.calls[0]["workspace"] and fake.calls[0]["workspace_bytes"] == 4000
 
 
@@ -197,7 +201,7 @@ def test_a_launcher_error_returns_its_code_and_the_plan(module):
     fake = Fake(module, rc=10106)
     t = tensors()
     remember(module, fake, t, plan="the launch plan")
-    assert module.run(OPTIONS, None, None, None, t) == [10106, "the launch plan"]
+    assert module.run(OPTIONS, call(t)) == [10106, "the launch plan"]
 
 
 def test_the_table_is_bounded_and_configure_forgets(module):
@@ -213,5 +217,31 @@ def test_the_table_is_bounded_and_configure_forgets(module):
 def test_a_template_of_another_size_is_refused(module):
     fake = Fake(module)
     with pytest.raises(TypeError, match="KdaArgs bytes"):
-        module.remember(OPTIONS, None, tensors(), b"\0" * 8, fake.address(fake.launcher), 0, 0, 1, 64, (), "LP")
-    assert module.args_size() == ctypes.sizeof(KdaArgs)
+        module.remember(OPTIONS, call(tensors()), b"\0" * 8, fake.address(fake.launcher), 0, 0, 64, (), "LP")
+
+
+@pytest.mark.parametrize("slots, constants, why", [
+    (tuple(reversed(kernel_abi.CALL_FIELDS)), kernel_abi.HOST_CONSTANTS,
+     "call field 0 is 'q' in kdactl_host, 'workspace' in Python"),
+    (kernel_abi.CALL_FIELDS[:-1], kernel_abi.HOST_CONSTANTS, "call field 13 is 'workspace' in kdactl_host, missing"),
+    ((*kernel_abi.CALL_FIELDS, "checkpoints"), kernel_abi.HOST_CONSTANTS, "call field 14 is missing in kdactl_host, "
+                                                                           "'checkpoints' in Python"),
+    (kernel_abi.CALL_FIELDS, {**kernel_abi.HOST_CONSTANTS, "ARGS_SIZE": 8}, r"ARGS_SIZE is \d+ in kdactl_host, 8 in"),
+    (kernel_abi.CALL_FIELDS, {**kernel_abi.HOST_CONSTANTS, "ABI_VERSION": 6},
+     f"ABI_VERSION is {kernel_abi.ABI_VERSION} in kdactl_host, 6 in"),
+    (kernel_abi.CALL_FIELDS, {"MAX_PLANS": 1024}, f"ABI_VERSION is {kernel_abi.ABI_VERSION} in kdactl_host, missing"),
+])  # fmt: skip
+def test_a_python_side_of_another_tensor_order_or_constants_is_refused(module, slots, constants, why):
+    with pytest.raises(ValueError, match=f"kdactl_host does not match kdactl.kernel_abi: .*{why}"):
+        module.check_abi(slots, constants)
+    try:
+        with pytest.raises(RuntimeError, match="check_abi has not passed"):
+            Fake(module)  # configure refuses until the check passes
+    finally:
+        module.check_abi(kernel_abi.CALL_FIELDS, kernel_abi.HOST_CONSTANTS)
+    Fake(module)
+
+
+def test_the_module_is_built_with_the_constants_python_relies_on(module):
+    assert module.check_abi(kernel_abi.CALL_FIELDS, kernel_abi.HOST_CONSTANTS) is None
+    assert kernel_abi.HOST_CONSTANTS["ARGS_SIZE"] == ctypes.sizeof(KdaArgs)

@@ -9,6 +9,7 @@ import kdactl.kda as kda
 from kdactl.kda import plans
 from kdactl.kda.routes import DeviceInfo
 from tests.kda_inputs import cu_seqlens_of, make_inputs
+from tests.kda_plan_cases import BOUNDS, CU_SEQLENS, MISSES, SEQLEN, tensors
 
 H200 = DeviceInfo(sm_count=132, cc=(9, 0), target="sm_90a")
 
@@ -16,8 +17,7 @@ H200 = DeviceInfo(sm_count=132, cc=(9, 0), target="sm_90a")
 @pytest.fixture
 def calls(monkeypatch):
     """prefill on CPU tensors: the real validation (with require_cuda off), a fake launch."""
-    from kdactl.kda import op
-    from kdactl.kda import problem as validation
+    from kdactl.kda import api, validation
 
     plans.forget_all()
     seen = {"validate": 0, "plans": 0, "launches": []}
@@ -36,12 +36,12 @@ def calls(monkeypatch):
         def of(cls, problem, device, route_id, *rest):
             return cls(route_id)
 
-        def launch(self, q, *rest):
-            seen["launches"].append((self.route_id, q.data_ptr()))
+        def launch(self, call, *rest):
+            seen["launches"].append((self.route_id, call.q.data_ptr()))
 
     monkeypatch.setattr(validation, "validate", validate)
-    monkeypatch.setattr(op, "device_info", lambda device: H200)
-    monkeypatch.setattr(op, "LaunchPlan", Plan)
+    monkeypatch.setattr(api, "device_info", lambda device: H200)
+    monkeypatch.setattr(api, "LaunchPlan", Plan)
     monkeypatch.setattr(torch.Tensor, "get_device", lambda self: 0)  # a CUDA device's index, for the key
     yield seen
     plans.forget_all()
@@ -120,12 +120,53 @@ def test_the_table_is_bounded(calls, monkeypatch):
     assert len(plans._PLANS) == 1  # full at the third: started over
 
 
-def test_the_launch_writes_the_first_nine_fields_as_the_tensor_pointers():
-    """LaunchPlan.launch sets q .. cu_seqlens with one write of nine pointers: KdaArgs must start with them."""
-    import ctypes
 
-    from kdactl.jit.library import KdaArgs
+@pytest.mark.parametrize("bounds, planned", BOUNDS)
+def test_the_python_table_checks_the_host_bounds_as_kdactl_host_does(bounds, planned):
+    assert plans.bounds_ok(bounds, torch.tensor(CU_SEQLENS), SEQLEN) == planned
 
-    names = [name for name, _ in KdaArgs._fields_[:9]]
-    assert names == ["q", "k", "v", "g", "beta", "initial_state", "o", "final_state", "cu_seqlens"]
-    assert [getattr(KdaArgs, n).offset for n in names] == [i * ctypes.sizeof(ctypes.c_void_p) for i in range(9)]
+
+def test_prefill_describes_its_call_once_with_every_argument_by_name(monkeypatch):
+    """PrefillCall names prefill's every argument (defaults too), and prefill fills each field from
+    the argument of its name (it builds the tuple by position, for speed)."""
+    import inspect
+
+    from kdactl.kda import api
+    from kdactl.kda.call import PrefillCall
+
+    params = inspect.signature(kda.prefill).parameters
+    assert set(params) == set(PrefillCall._fields)
+    assert {n: p.default for n, p in params.items() if p.default is not p.empty} == PrefillCall._field_defaults
+    seen = []
+    monkeypatch.setattr(api, "_full_call", lambda call, options: seen.append((call, options)))
+    given = {name: object() for name in PrefillCall._fields}  # checkpoint_every given: never planned
+    kda.prefill(**given)
+    ((call, options),) = seen
+    assert type(call) is PrefillCall and call._asdict() == given and options is None
+
+
+def test_under_the_slow_fault_the_plans_stay_in_python(monkeypatch):
+    """kdactl_host launches once; the slow fault's spare launch is LaunchPlan.launch's."""
+
+    def no_host_module(*a, **kw):
+        raise AssertionError("kdactl_host must not be loaded under KDACTL_FAULT=slow")
+
+    monkeypatch.setattr(plans, "_HOST", None)
+    monkeypatch.setattr(plans, "_DECIDED", False)
+    monkeypatch.setattr(plans, "_STATUS", "")
+    monkeypatch.setattr(plans, "slow_fault", lambda: True)
+    monkeypatch.setattr(plans, "load_host_module", no_host_module)
+    monkeypatch.delenv("KDACTL_HOST_MODULE", raising=False)
+    plans._choose_table()
+    assert plans._HOST is None and plans.host_status() == "python: KDACTL_FAULT=slow"
+
+
+@pytest.mark.parametrize("change", MISSES.values(), ids=MISSES.keys())
+def test_the_python_table_misses_on_the_changes_kdactl_host_misses_on(change):
+    from kdactl.kda.call import PrefillCall
+
+    options = (None, True, "auto", kda.Tuning(), None, False, False, type(None))
+    key, aligned = plans.call_key(PrefillCall(*tensors()), options)
+    assert key is not None and aligned
+    other, other_aligned = plans.call_key(PrefillCall(*tensors(**change)), options)
+    assert other is None or other != key or not other_aligned

@@ -167,11 +167,11 @@ def test_only_small_bh_launches_with_segments():
 
 
 def test_shared_constants_are_the_ones_routing_and_validation_use():
-    from kdactl.kda import problem as validation
-    from kdactl.kda import routes
+    from kdactl import kernel_abi
+    from kdactl.kda import routes, validation
 
-    assert routes.SHARED_CONSTANTS == {"MAX_GRID_DIM": 65535, "CHUNK": 16, "SMALL_BH_CTAS_PER_SM": 2}
-    assert validation.MAX_GRID_DIM is routes.MAX_GRID_DIM
+    assert kernel_abi.SHARED_CONSTANTS == {"MAX_GRID_DIM": 65535, "CHUNK": 16, "SMALL_BH_CTAS_PER_SM": 2}
+    assert validation.MAX_GRID_DIM is kernel_abi.MAX_GRID_DIM and routes.CHUNK is kernel_abi.CHUNK
 
 
 def test_prefill_decides_once_and_hands_the_route_id_to_the_op(monkeypatch):
@@ -180,35 +180,35 @@ def test_prefill_decides_once_and_hands_the_route_id_to_the_op(monkeypatch):
     import torch
 
     import kdactl.kda as kda
-    from kdactl.kda import op
-    from kdactl.kda import problem as validation
+    from kdactl.kda import api, custom_op, validation
+    from kdactl.kda.custom_op import UNDECIDED
     from tests.kda_inputs import make_inputs
 
     x, _ = make_inputs(1, 16, 2)
     p = problem(T=8192, H=16)  # what the (patched) validation reports: small_bh's shape
     decisions, launched = [], []
-    real_decide = kda.decide_route
-    monkeypatch.setattr(kda, "decide_route", lambda *a: decisions.append(a) or real_decide(*a))
+    real_decide = api.decide_route
+    monkeypatch.setattr(api, "decide_route", lambda *a: decisions.append(a) or real_decide(*a))
     monkeypatch.setattr(validation, "validate", lambda *a, **kw: p)  # CPU tensors: the rules are tested elsewhere
-    monkeypatch.setattr(op, "device_info", lambda device: H200)
-    monkeypatch.setattr(op, "kda_prefill_", lambda *a: launched.append(a[11:15]))  # route, route_id, tuning
+    monkeypatch.setattr(api, "device_info", lambda device: H200)
+    monkeypatch.setattr(custom_op, "kda_prefill_", lambda *a: launched.append(a[11:15]))  # route, route_id, tuning
 
     class Plan:  # the eager launch: route id and tuning as prefill decided them
         @classmethod
-        def of(cls, problem, device, route_id, q, scale, tuning, *rest):
-            launched.append(("direct", route_id, tuning))
+        def of(cls, problem, device, route_id, call):
+            launched.append(("direct", route_id, call.tuning))
             return cls()
 
         def launch(self, *a):
             pass
 
-    monkeypatch.setattr(op, "LaunchPlan", Plan)
+    monkeypatch.setattr(api, "LaunchPlan", Plan)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: False)
     kda.prefill(**x)
     assert len(decisions) == 1 and launched == [("direct", real_decide(p, H200).id, kda.Tuning())]
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     kda.prefill(**x, route="chunk", tuning=kda.Tuning(warps=4, stages=8))
-    assert len(decisions) == 1 and launched[-1] == ("chunk", op.UNDECIDED, 4, 8)
+    assert len(decisions) == 1 and launched[-1] == ("chunk", UNDECIDED, 4, 8)
 
 
 def test_a_state_pool_keeps_small_bh():

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kdactl.kda import KdaWorkspace, prefill, select_route
-from kdactl.kda.op import device_info
+from kdactl.kda.device import device_info
 from kdactl.kda.problem import KdaProblem
 from kdactl.kda.inputs import random_inputs
 from kdactl.kda.routes import small_bh_plan

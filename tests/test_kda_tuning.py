@@ -70,7 +70,7 @@ def test_argparse_type_keeps_the_message():
 def test_prefill_refuses_a_packed_tuning_code(monkeypatch):
     """The decimal codes (84: 8 stages, 4 warps) are gone: an int is refused, not read as a shape."""
     import kdactl.kda as kda
-    from kdactl.kda import problem as validation
+    from kdactl.kda import validation
     from tests.kda_inputs import make_inputs
     from tests.test_kda_routes import problem
 

@@ -154,7 +154,7 @@ def test_a_host_copy_without_cu_seqlens_is_refused():
 
 
 def _pool_problem():
-    from kdactl.kda.problem import validate
+    from kdactl.kda.validation import validate
 
     x, _ = make_inputs(3, 8, 2)
     return validate(x["q"], x["k"], x["v"], x["g"], x["beta"], None, None, None, require_cuda=False)
@@ -169,14 +169,14 @@ def _pool_problem():
     (torch.zeros(4, 2, 128, 128), torch.zeros(2, dtype=torch.int32), r"one slot per sequence \(3\), got 2"),
 ])  # fmt: skip
 def test_state_pool_arguments_are_checked(pool, idx, match):
-    from kdactl.kda.problem import validate_pool
+    from kdactl.kda.validation import validate_pool
 
     with pytest.raises(ValueError, match=match):
         validate_pool(pool, idx, _pool_problem(), torch.device("cpu"), require_cuda=False)
 
 
 def test_a_good_state_pool_passes():
-    from kdactl.kda.problem import validate_pool
+    from kdactl.kda.validation import validate_pool
 
     validate_pool(torch.zeros(9, 2, 128, 128), torch.tensor([4, -1, 0], dtype=torch.int32), _pool_problem(),
                   torch.device("cpu"), require_cuda=False)  # fmt: skip
@@ -186,7 +186,7 @@ def test_a_good_state_pool_passes():
 
 
 def test_v_first_states_are_checked_in_their_own_layout():
-    from kdactl.kda.problem import validate_pool
+    from kdactl.kda.validation import validate_pool
 
     x, _ = make_inputs(2, 8, 2, K=64, V=128)
     v_first = torch.zeros(2, 2, 128, 64)
@@ -200,7 +200,7 @@ def test_v_first_states_are_checked_in_their_own_layout():
 
 
 def _checkpoints(x, every, buffer=None, cu=None, cu_cpu=None, dtype=None, v_first=False):
-    from kdactl.kda.problem import validate_checkpoints
+    from kdactl.kda.validation import validate_checkpoints
 
     p = validate(**x, scale=None, initial_state=None, cu_seqlens=cu, require_cuda=False, state_v_first=v_first)
     return validate_checkpoints(every, buffer, p, torch.device("cpu"), cu, cu_cpu, dtype=dtype, require_cuda=False)

@@ -6,6 +6,7 @@ cProfile of 2000 calls. Run on a GPU node: python3 tools/host_profile.py"""
 import cProfile, ctypes, glob, os, pstats, time, torch
 from kdactl.bench import host as bench_host
 from kdactl.kda import prefill, KdaWorkspace, plans
+from kdactl.kda.call import PrefillCall
 from kdactl.kda.inputs import random_inputs
 torch.set_grad_enabled(False)
 x, _, cu = random_inputs(1, 64, 4, device="cuda")
@@ -50,7 +51,8 @@ for route in ("chunk", "direct"):
     plan = next(p for p in plans._PLANS.values() if p.launch.what.endswith(repr(route)))
     plans._HOST = host
     lp = plan.launch
-    launch = per_call_us(lambda: lp.launch(x["q"], x["k"], x["v"], x["g"], x["beta"], None, None, o, s, ws))
+    call = PrefillCall(**x, workspace=ws)
+    launch = per_call_us(lambda: lp.launch(call, o, s))
     args = type(lp.template).from_buffer_copy(lp.template)
     for name in ("q", "k", "v", "g", "beta"): setattr(args, name, x[name].data_ptr())
     args.o, args.final_state = o.data_ptr(), s.data_ptr()

@@ -10,13 +10,19 @@
 //
 // No CUDA or c10_cuda here: the current device and stream come from the callables `configure`
 // gives (torch's own raw accessors), so the module builds and is tested against a CPU-only torch.
+//
+// What Python and this module must agree on (the call's fields' order, the args struct's size, the
+// ABI version, the table's bound) is checked once by `check_abi` against kdactl.kernel_abi, and
+// `configure` refuses to run before that check has passed.
 #include <Python.h>
 
 #include <ATen/ops/empty.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -24,9 +30,19 @@
 
 namespace {
 
-constexpr int kTensorSlots = 11;  // q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, state_pool, state_indices
-enum Slot { Q, K, V, G, BETA, INITIAL, CU, A_LOG, DT_BIAS, POOL, INDICES };
-constexpr size_t kMaxPlans = 1024;  // as kdactl.kda.plans.MAX_PLANS: more and the table starts over
+// The fields of a call (kdactl.kda.call.PrefillCall, a tuple) this module reads: its tensors, then
+// out, cu_seqlens_cpu and workspace.
+enum Slot { Q, K, V, G, BETA, INITIAL, CU, A_LOG, DT_BIAS, POOL, INDICES, OUT, CU_CPU, WORKSPACE };
+// Each slot's name, in Slot order: kdactl.kernel_abi.CALL_FIELDS must list the same.
+constexpr const char* kSlotNames[] = {"q",       "k",          "v",          "g",
+                                      "beta",    "initial_state", "cu_seqlens", "A_log",
+                                      "dt_bias", "state_pool", "state_indices", "out",
+                                      "cu_seqlens_cpu", "workspace"};
+constexpr int kCallSlots = sizeof(kSlotNames) / sizeof(kSlotNames[0]);
+constexpr int kTensorSlots = INDICES + 1;  // the call's tensors: the plan's key reads each one
+static_assert(kCallSlots == WORKSPACE + 1, "kSlotNames: one name per Slot");
+constexpr size_t kMaxPlans = 1024;  // more and the table starts over
+bool g_abi_checked = false;         // check_abi has passed
 constexpr int64_t kNone = -1, kOutNone = -2, kOutTensor = -3, kOutPair = -4;
 
 using Launcher = int (*)(const kdactl_kda_args*, void*);
@@ -40,7 +56,6 @@ struct Plan {
   Launcher launcher = nullptr;
   uint64_t need = 0;            // workspace bytes
   int64_t device = 0;           // q's device index
-  int launches = 1;
   int64_t seqlen = 0;           // T: the host bounds end there
   std::vector<int64_t> state_shape;  // the final state to allocate ([N, H, ...]); empty: none
 };
@@ -138,7 +153,8 @@ bool int_or_none(PyObject* obj, const char* name, long long none, long long& val
   return ok && !PyErr_Occurred();
 }
 
-// The host copy of cu_seqlens as prefill checks it: `n` entries, from 0 to seqlen, non-decreasing.
+// The host copy of cu_seqlens as prefill checks it: `n` entries, from 0 to seqlen, non-decreasing
+// (tests/kda_plan_cases.py runs this and kdactl.kda.plans.bounds_ok on one table of cases).
 bool bounds_ok(PyObject* cu_cpu, Py_ssize_t n, int64_t seqlen) {
   std::vector<int64_t> b(static_cast<size_t>(n));
   if (PyList_CheckExact(cu_cpu) || PyTuple_CheckExact(cu_cpu)) {
@@ -213,18 +229,21 @@ void* ptr_of(PyObject* x) {
   return x == Py_None ? nullptr : const_cast<void*>(THPVariable_Unpack(x).const_data_ptr());
 }
 
-// run(options, out, cu_seqlens_cpu, workspace, tensors) -> (o, final_state or pool or None) when
-// planned and launched; [rc, launch_plan] when the launcher returned an error; None otherwise.
-// `tensors`: the 11 of Slot's order (kdactl.kda.plans.TENSORS), a tuple.
+// Whether `call` is a tuple with at least the fields of Slot (a PrefillCall).
+bool is_call(PyObject* call) { return PyTuple_Check(call) && PyTuple_GET_SIZE(call) >= kCallSlots; }
+
+// run(options, call) -> (o, final_state or pool or None) when planned and launched; [rc,
+// launch_plan] when the launcher returned an error; None otherwise.
 PyObject* run(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
   if (!g_stream_of) Py_RETURN_NONE;  // not configured: every call takes the Python path
-  if (nargs != 5 || !PyTuple_CheckExact(args[4]) || PyTuple_GET_SIZE(args[4]) != kTensorSlots) {
-    PyErr_SetString(PyExc_TypeError, "kdactl_host.run(options, out, cu_seqlens_cpu, workspace, tensors: 11-tuple)");
+  if (nargs != 2 || !is_call(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "kdactl_host.run(options, call: a PrefillCall)");
     return nullptr;
   }
-  PyObject *options = args[0], *out = args[1], *cu_cpu = args[2], *ws = args[3];
-  PyObject* const* t = &PyTuple_GET_ITEM(args[4], 0);
+  PyObject* options = args[0];
+  PyObject* const* t = &PyTuple_GET_ITEM(args[1], 0);
+  PyObject *out = t[OUT], *cu_cpu = t[CU_CPU], *ws = t[WORKSPACE];
   std::vector<int64_t> meta;
   bool aligned = true;
   if (!call_meta(t, out, meta, aligned) || !aligned) Py_RETURN_NONE;
@@ -275,10 +294,7 @@ PyObject* run(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   a.dt_bias = static_cast<const float*>(ptr_of(t[DT_BIAS]));
   a.state_indices = static_cast<const int32_t*>(ptr_of(t[INDICES]));
   a.checkpoints = nullptr;
-  for (int i = 0; i < p->launches; ++i) {
-    int rc = p->launcher(&a, stream);
-    if (rc) return Py_BuildValue("[iO]", rc, p->launch);
-  }
+  if (int rc = p->launcher(&a, stream)) return Py_BuildValue("[iO]", rc, p->launch);
   PyObject* result = PyTuple_New(2);
   if (!result) return nullptr;
   PyTuple_SET_ITEM(result, 0, o_given ? Py_NewRef(o_given) : THPVariable_Wrap(o_new));
@@ -289,32 +305,31 @@ PyObject* run(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   END_HANDLE_TH_ERRORS
 }
 
-// remember(options, out, tensors, args_bytes, launcher, need, device, launches, seqlen, state_shape,
-//          launch_plan): keep the plan the full path made for a call (state_shape: the final state
-// to allocate when `out` gives none, () for none).
+// remember(options, call, args_bytes, launcher, need, device, seqlen, state_shape, launch_plan): keep
+// the plan the full path made for a call (state_shape: the final state to allocate when `out` gives
+// none, () for none).
 PyObject* remember(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
-  if (nargs != 11 || !PyTuple_CheckExact(args[2]) || PyTuple_GET_SIZE(args[2]) != kTensorSlots ||
-      !PyBytes_CheckExact(args[3]) || PyBytes_GET_SIZE(args[3]) != sizeof(kdactl_kda_args) ||
-      !PyTuple_CheckExact(args[9])) {
+  if (nargs != 9 || !is_call(args[1]) || !PyBytes_CheckExact(args[2]) ||
+      PyBytes_GET_SIZE(args[2]) != sizeof(kdactl_kda_args) || !PyTuple_CheckExact(args[7])) {
     PyErr_SetString(PyExc_TypeError, "kdactl_host.remember: bad arguments (KdaArgs bytes must match kdactl_api.h)");
     return nullptr;
   }
   std::vector<int64_t> meta;
   bool aligned = true;
-  if (!call_meta(&PyTuple_GET_ITEM(args[2], 0), args[1], meta, aligned)) Py_RETURN_FALSE;
+  PyObject* const* t = &PyTuple_GET_ITEM(args[1], 0);
+  if (!call_meta(t, t[OUT], meta, aligned)) Py_RETURN_FALSE;
   Py_hash_t oh = PyObject_Hash(args[0]);
   if (oh == -1) return PyErr_Clear(), Py_NewRef(Py_False);
   Plan p;
   p.meta = std::move(meta);
-  std::memcpy(&p.args, PyBytes_AS_STRING(args[3]), sizeof(kdactl_kda_args));
-  p.launcher = reinterpret_cast<Launcher>(PyLong_AsVoidPtr(args[4]));
-  p.need = PyLong_AsUnsignedLongLong(args[5]);
-  p.device = PyLong_AsLongLong(args[6]);
-  p.launches = static_cast<int>(PyLong_AsLong(args[7]));
-  p.seqlen = PyLong_AsLongLong(args[8]);
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[9]); ++i)
-    p.state_shape.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(args[9], i)));
+  std::memcpy(&p.args, PyBytes_AS_STRING(args[2]), sizeof(kdactl_kda_args));
+  p.launcher = reinterpret_cast<Launcher>(PyLong_AsVoidPtr(args[3]));
+  p.need = PyLong_AsUnsignedLongLong(args[4]);
+  p.device = PyLong_AsLongLong(args[5]);
+  p.seqlen = PyLong_AsLongLong(args[6]);
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[7]); ++i)
+    p.state_shape.push_back(PyLong_AsLongLong(PyTuple_GET_ITEM(args[7], i)));
   if (PyErr_Occurred() || !p.launcher) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "kdactl_host.remember: launcher is NULL");
     return nullptr;
@@ -323,14 +338,82 @@ PyObject* remember(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (find(h, p.meta, args[0])) Py_RETURN_TRUE;
   if (g_plans.size() >= kMaxPlans) forget_all();
   p.options = Py_NewRef(args[0]);
-  p.launch = Py_NewRef(args[10]);
+  p.launch = Py_NewRef(args[8]);
   g_plans.emplace(h, std::move(p));
   Py_RETURN_TRUE;
   END_HANDLE_TH_ERRORS
 }
 
-// configure(stream_of, current_device, capture_id_address)
+// The constants this module is built with that Python relies on, by their kdactl.kernel_abi names.
+struct Constant {
+  const char* name;
+  long long value;
+};
+constexpr Constant kConstants[] = {
+    {"ABI_VERSION", KDACTL_ABI_VERSION},
+    {"ARGS_SIZE", static_cast<long long>(sizeof(kdactl_kda_args))},
+    {"MAX_PLANS", static_cast<long long>(kMaxPlans)},
+};
+
+// Appends "; <what>" (the first without "; ") to `problems`.
+void add_problem(std::string& problems, const std::string& what) {
+  if (!problems.empty()) problems += "; ";
+  problems += what;
+}
+
+std::string shown(PyObject* x) {
+  PyObject* r = PyObject_Repr(x);
+  std::string s = r && PyUnicode_Check(r) ? PyUnicode_AsUTF8(r) : "?";
+  Py_XDECREF(r);
+  PyErr_Clear();
+  return s;
+}
+
+// check_abi(slots, constants): the call's fields in Python's order (kdactl.kernel_abi.CALL_FIELDS, a
+// tuple of str) and Python's values of kConstants (a dict); ValueError naming every difference, else
+// None and `configure` may run.
+PyObject* check_abi(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyTuple_Check(args[0]) || !PyDict_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "kdactl_host.check_abi(slots: tuple of str, constants: dict)");
+    return nullptr;
+  }
+  g_abi_checked = false;
+  std::string problems;
+  const Py_ssize_t n = PyTuple_GET_SIZE(args[0]);
+  for (Py_ssize_t i = 0; i < std::max<Py_ssize_t>(n, kCallSlots); ++i) {
+    PyObject* theirs = i < n ? PyTuple_GET_ITEM(args[0], i) : nullptr;
+    const char* name = theirs && PyUnicode_Check(theirs) ? PyUnicode_AsUTF8(theirs) : nullptr;
+    PyErr_Clear();
+    const char* ours = i < kCallSlots ? kSlotNames[i] : nullptr;
+    if (ours && name && std::strcmp(ours, name) == 0) continue;
+    add_problem(problems, "call field " + std::to_string(i) + " is " + (ours ? "'" + std::string(ours) + "'" : "missing") +
+                              " in kdactl_host, " + (theirs ? shown(theirs) : "missing") + " in Python");
+  }
+  for (const Constant& c : kConstants) {
+    PyObject* theirs = PyDict_GetItemString(args[1], c.name);  // borrowed
+    long long value = theirs && PyLong_Check(theirs) ? PyLong_AsLongLong(theirs) : 0;
+    PyErr_Clear();
+    if (theirs && PyLong_Check(theirs) && value == c.value) continue;
+    add_problem(problems, std::string(c.name) + " is " + std::to_string(c.value) + " in kdactl_host, " +
+                              (theirs ? shown(theirs) : "missing") + " in Python");
+  }
+  if (PyDict_Size(args[1]) != static_cast<Py_ssize_t>(sizeof(kConstants) / sizeof(kConstants[0])))
+    add_problem(problems, "Python gives " + std::to_string(PyDict_Size(args[1])) + " constants, kdactl_host knows " +
+                              std::to_string(sizeof(kConstants) / sizeof(kConstants[0])));
+  if (!problems.empty()) {
+    PyErr_SetString(PyExc_ValueError, ("kdactl_host does not match kdactl.kernel_abi: " + problems).c_str());
+    return nullptr;
+  }
+  g_abi_checked = true;
+  Py_RETURN_NONE;
+}
+
+// configure(stream_of, current_device, capture_id_address), once check_abi has passed
 PyObject* configure(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (!g_abi_checked) {
+    PyErr_SetString(PyExc_RuntimeError, "kdactl_host.configure: check_abi has not passed (kdactl.jit.host loads it)");
+    return nullptr;
+  }
   if (nargs != 3 || !PyCallable_Check(args[0]) || !PyCallable_Check(args[1])) {
     PyErr_SetString(PyExc_TypeError, "kdactl_host.configure(stream_of, current_device, capture_id_address)");
     return nullptr;
@@ -350,16 +433,15 @@ PyObject* forget(PyObject*, PyObject*) {
 
 PyObject* size(PyObject*, PyObject*) { return PyLong_FromSize_t(g_plans.size()); }
 
-PyObject* args_size(PyObject*, PyObject*) { return PyLong_FromSize_t(sizeof(kdactl_kda_args)); }
-
 PyMethodDef methods[] = {
     {"run", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(run)), METH_FASTCALL, "run a planned call"},
     {"remember", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(remember)), METH_FASTCALL, "keep a plan"},
+    {"check_abi", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(check_abi)), METH_FASTCALL,
+     "check Python's tensor slots and constants against this module's"},
     {"configure", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(configure)), METH_FASTCALL,
      "set the device, stream and capture accessors (forgets every plan)"},
     {"forget_all", forget, METH_NOARGS, "forget every plan"},
     {"size", size, METH_NOARGS, "plans kept"},
-    {"args_size", args_size, METH_NOARGS, "sizeof(kdactl_kda_args)"},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -132,7 +132,7 @@ def own_candidates(inputs, ref, routes: Sequence[str] | None, device) -> list[Ca
     element fails it) and their own workspace. In a fused configuration ``auto`` is called as an
     engine calls it: through kdactl.kda.chunk_kda, fla's signature, with fla's flags."""
     from kdactl.kda import ROUTES, KdaWorkspace, decide_route, eligibility, prefill, validate
-    from kdactl.kda.op import device_info
+    from kdactl.kda.device import device_info
 
     x, config = inputs, inputs["config"]
     routes = ("auto", *ROUTES) if routes is None else routes

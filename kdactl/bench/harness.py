@@ -51,7 +51,7 @@ class TorchHarness:
                  self.timer_note, self.flusher.nbytes >> 20)  # fmt: skip
 
     def _check_library(self) -> None:
-        from kdactl.kda.op import device_info
+        from kdactl.kda.device import device_info
 
         try:
             device_info(self.device.index)  # builds or loads the kernel library once
@@ -153,7 +153,7 @@ def _fla_version() -> str | None:
 
 def _target(index: int) -> str | None:
     try:
-        from kdactl.kda.op import device_info
+        from kdactl.kda.device import device_info
 
         return device_info(index).target
     except Exception:  # noqa: BLE001

@@ -1,6 +1,6 @@
 """Load the kernel library: the AOT bundle's entry if it verifies, else the JIT cache (built when
 missing or bad), through ctypes with a declared signature for every C ABI entry point. A library
-whose route table or shared constants differ from kdactl.kda.routes is refused at load time.
+whose ABI version, route table or constants differ from kdactl.kernel_abi is refused at load time.
 
 Nothing happens at import time; the loaded library is cached per process.
 """
@@ -23,63 +23,13 @@ from kdactl.jit.build import build_library, lookup_cached
 from kdactl.jit.progress import BuildProgress
 from kdactl.jit.resolver import TargetResolver
 from kdactl.jit.spec import kernel_library_spec
-from kdactl.kda.fused import FUSED_CONSTANTS
-from kdactl.kda.routes import ROUTE_TABLE, ROUTES, SHARED_CONSTANTS
+from kdactl.kernel_abi import ABI_VERSION, ERR_WRONG_DEVICE, EXPECTED_CONSTANTS, ROUTES, KdaArgs
 from kdactl.settings import Settings
 from kdactl.targets import get_target
 
 log = logging.getLogger("kdactl.jit")
 
-ABI_VERSION = 7  # KDACTL_ABI_VERSION in csrc/kdactl_api.h
-KDACTL_ERR_WRONG_DEVICE = 10001  # checked against the library with the constants of kdactl.kda.routes
-KDACTL_ERR_UNSUPPORTED = 10003  # a configuration the build has no kernel for on this device
-
 ToolkitProvider = Callable[[str], Toolkit]
-
-
-class KdaArgs(ctypes.Structure):
-    """Mirrors ``kdactl_kda_args`` in csrc/kdactl_api.h field for field (tests compare the layout
-    with the C compiler's). Pointers are c_void_p so that ``tensor.data_ptr()`` assigns directly."""
-
-    _fields_ = [
-        ("q", ctypes.c_void_p),  # const void*
-        ("k", ctypes.c_void_p),  # const void*
-        ("v", ctypes.c_void_p),  # const void*
-        ("g", ctypes.c_void_p),  # const void*
-        ("beta", ctypes.c_void_p),  # const void*
-        ("initial_state", ctypes.c_void_p),  # const float*, may be NULL
-        ("o", ctypes.c_void_p),  # void*
-        ("final_state", ctypes.c_void_p),  # float*, may be NULL
-        ("cu_seqlens", ctypes.c_void_p),  # const void*, NULL for fixed length
-        ("batch", ctypes.c_int64),
-        ("seqlen", ctypes.c_int64),
-        ("heads", ctypes.c_int32),
-        ("key_dim", ctypes.c_int32),
-        ("value_dim", ctypes.c_int32),
-        ("g_dtype", ctypes.c_int32),  # KDACTL_DTYPE_* (kdactl.kda.fused.DTYPE_*)
-        ("beta_dtype", ctypes.c_int32),
-        ("cu_seqlens_is_int32", ctypes.c_int32),
-        ("tuning_warps", ctypes.c_int32),  # kdactl.kda.tuning.Tuning; 0: the launcher's choice
-        ("tuning_stages", ctypes.c_int32),
-        ("scale", ctypes.c_float),
-        ("workspace", ctypes.c_void_p),  # void*, route scratch memory
-        ("workspace_bytes", ctypes.c_uint64),
-        ("segment_chunks", ctypes.c_int32),  # route small_bh's plan
-        ("qk_heads", ctypes.c_int32),  # the fused input transforms (kdactl.kda.fused)
-        ("qk_l2norm", ctypes.c_int32),
-        ("beta_mode", ctypes.c_int32),
-        ("gate_mode", ctypes.c_int32),
-        ("A_log", ctypes.c_void_p),  # const float*, may be NULL
-        ("dt_bias", ctypes.c_void_p),  # const float*, may be NULL
-        ("lower_bound", ctypes.c_float),
-        ("state_indices", ctypes.c_void_p),  # const int32_t*, the state pool's slots; may be NULL
-        ("qkv_fp16", ctypes.c_int32),  # 1: q, k, v, o fp16
-        ("state_v_first", ctypes.c_int32),  # 1: states [V, K] per head
-        ("checkpoints", ctypes.c_void_p),  # void*, prefix checkpoints; may be NULL
-        ("checkpoint_every", ctypes.c_int32),
-        ("checkpoint_dtype", ctypes.c_int32),
-    ]
-
 
 _KDA_ROUTE_SIGNATURE = ([ctypes.POINTER(KdaArgs), ctypes.c_void_p], ctypes.c_int)
 
@@ -101,13 +51,6 @@ SIGNATURES: dict[str, tuple[list[Any], Any]] = {
         ctypes.c_int,
     ),
     **{f"kdactl_kda_{route}": _KDA_ROUTE_SIGNATURE for route in ROUTES},
-}
-# The library's constants the Python side relies on: KDACTL_<name> -> the value it must have.
-EXPECTED_CONSTANTS: dict[str, int] = {
-    **SHARED_CONSTANTS,
-    **FUSED_CONSTANTS,
-    "ERR_WRONG_DEVICE": KDACTL_ERR_WRONG_DEVICE,
-    "ERR_UNSUPPORTED": KDACTL_ERR_UNSUPPORTED,
 }
 
 
@@ -147,7 +90,7 @@ class Kernels:
         if rc == 0:
             return
         message = f"{what} failed ({self.target}): {self.error_string(rc)} (code {rc})"
-        if rc == KDACTL_ERR_WRONG_DEVICE:
+        if rc == ERR_WRONG_DEVICE:
             raise BuildError(message)
         argument = self.lib.kdactl_error_argument(rc)
         if argument:
@@ -167,7 +110,7 @@ class Kernels:
         """Scratch bytes route ``route_id`` needs for the shapes in ``args`` (its pointers are not read)."""
         out = ctypes.c_uint64(0)
         rc = self.lib.kdactl_kda_workspace_bytes(ctypes.byref(args), route_id, ctypes.byref(out))
-        self.check(rc, f"workspace size of route {ROUTE_TABLE[route_id].name!r}")
+        self.check(rc, f"workspace size of route {ROUTES[route_id]!r}")
         return out.value
 
     def kda_route(self, route: str) -> Any:
@@ -212,9 +155,9 @@ def open_library(path: Path, target: str) -> ctypes.CDLL:
 
 def check_tables(lib: Any, path: Path) -> None:
     """BuildError naming every difference between the library's route table and constants and
-    kdactl.kda.routes: a route id names another kernel there, or a constant has another value."""
+    kdactl.kernel_abi's: a route id names another kernel there, or a constant has another value."""
     theirs = {i: (lib.kdactl_route_name(i) or b"").decode(errors="replace") for i in range(lib.kdactl_route_count())}
-    ours = {r.id: r.name for r in ROUTE_TABLE}
+    ours = dict(enumerate(ROUTES))
     problems = [f"route {i} is {_shown(theirs.get(i))} in the library, {_shown(ours.get(i))} in kdactl"
                 for i in sorted(ours.keys() | theirs.keys()) if theirs.get(i) != ours.get(i)]  # fmt: skip
     for name, want in EXPECTED_CONSTANTS.items():
@@ -224,7 +167,7 @@ def check_tables(lib: Any, path: Path) -> None:
         elif value.value != want:
             problems.append(f"KDACTL_{name} is {value.value} in the library, {want} in kdactl")
     if problems:
-        raise BuildError(f"{path} does not match kdactl.kda.routes: {'; '.join(problems)}")
+        raise BuildError(f"{path} does not match kdactl.kernel_abi: {'; '.join(problems)}")
 
 
 def _shown(name: str | None) -> str:

@@ -15,6 +15,9 @@ or lower_bound, safe_gate with the gate needs lower_bound in [-5, 0), chunk_size
 
 from __future__ import annotations
 
+import torch
+
+from kdactl.kda.api import prefill
 from kdactl.kda.fused import BETA_AS_GIVEN, BETA_SIGMOID, BETA_SIGMOID2, GATE_LOWER_BOUND, GATE_SOFTPLUS, Fused
 
 _NAME = "kdactl.kda.chunk_kda"
@@ -32,10 +35,6 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
               cp_context=None, use_graph=False, max_num_seqs=None, **kwargs):  # fmt: skip
     """fla's ``chunk_kda(...)`` forward: returns ``(o, final_state or None)``, o in q's dtype, and
     fla's intermediate states h as a third item with return_intermediate_states."""
-    import torch
-
-    from kdactl.kda import prefill
-
     unknown = sorted(set(kwargs) - _ACCEPTED_KWARGS)
     if unknown:
         raise _refuse(f"unsupported arguments {unknown}")
@@ -90,8 +89,6 @@ def _fused(l2norm, gate, beta_sigmoid, neg_eigval, safe_gate, lower_bound, kwarg
 def _fp32(x):
     """The gate's small parameter tensors flat and in fp32, as fla's kernels load them (exact for
     bf16/fp16; fla's tests give A_log as [1, 1, H, 1])."""
-    import torch
-
     if not isinstance(x, torch.Tensor):
         return x
     x = x.float() if x.dtype != torch.float32 else x

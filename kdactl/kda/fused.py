@@ -9,7 +9,8 @@ path), so that none of them is an extra pass over HBM:
               or lower_bound sigmoid(exp(A_log) (g + dt_bias))            (use_gate_in_kernel,
                                                                            lower_bound)
 
-Plain data and no torch here: the values are checked against the kernel library when it loads.
+Plain data and no torch here: the codes are kdactl.kernel_abi's, checked against the kernel library
+when it loads.
 The torch reference of the same transforms is kdactl.reference.fused_inputs.
 """
 
@@ -17,20 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-BETA_AS_GIVEN, BETA_SIGMOID, BETA_SIGMOID2 = 0, 1, 2
-GATE_AS_GIVEN, GATE_SOFTPLUS, GATE_LOWER_BOUND = 0, 1, 2
+from kdactl.kernel_abi import BETA_AS_GIVEN, BETA_SIGMOID, BETA_SIGMOID2, GATE_AS_GIVEN, GATE_LOWER_BOUND, GATE_SOFTPLUS
+
 L2NORM_EPS = 1e-6  # fla's l2norm
 SOFTPLUS_LINEAR_ABOVE = 20.0  # softplus(x) = x above this, as fla's softplus
-
-# Element type codes of g, beta and the checkpoints (kdactl_kda_args.g_dtype, ...).
-DTYPE_FP32, DTYPE_BF16, DTYPE_FP16 = 0, 1, 2
-
-# KDACTL_<name> in csrc/kdactl_api.h; the loader refuses a library with other values.
-FUSED_CONSTANTS: dict[str, int] = {
-    "BETA_SIGMOID": BETA_SIGMOID, "BETA_SIGMOID2": BETA_SIGMOID2,
-    "GATE_SOFTPLUS": GATE_SOFTPLUS, "GATE_LOWER_BOUND": GATE_LOWER_BOUND,
-    "DTYPE_BF16": DTYPE_BF16, "DTYPE_FP16": DTYPE_FP16,
-}  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ or whose outputs depend on them (checkpoints) always take the full path.
 
 Two tables keep plans with the same rules: kdactl_host (csrc/host/kdactl_host.cpp), which runs a
 planned call in one native step, once a call on the GPU has built or loaded it; and this module's
-dict, where that module cannot be built (or KDACTL_HOST_MODULE=0), and for CPU tensors (tests).
+dict, where that module cannot be built (or KDACTL_HOST_MODULE=0), under KDACTL_FAULT=slow, and for
+CPU tensors (tests). tests/kda_plan_cases.py runs both on one table of keys that must miss and of
+host bounds; kdactl_host checks the call's field order and its constants against kdactl.kernel_abi.
 """
 
 from __future__ import annotations
@@ -21,17 +23,21 @@ from typing import Any
 
 import torch
 
-from kdactl.kda.problem import KdaProblem, check_bounds, host_bounds
+from kdactl.errors import KdactlError
+from kdactl.jit.host import DISABLE_ENV, disabled, load_host_module
+from kdactl.kda.call import TENSOR_COUNT, PrefillCall
+from kdactl.kda.device import kernels
+from kdactl.kda.launch import slow_fault
+from kdactl.kda.problem import KdaProblem
+from kdactl.kda.validation import check_bounds, host_bounds
+from kdactl.kernel_abi import MAX_PLANS
+from kdactl.settings import Settings
 
 log = logging.getLogger("kdactl.kda")
 
-MAX_PLANS = 1024  # distinct call shapes kept; more and the table starts over (kdactl_host: kMaxPlans)
-# The order of the tensors a planned call passes (kdactl_host's Slot enum).
-TENSORS = ("q", "k", "v", "g", "beta", "initial_state", "cu_seqlens", "A_log", "dt_bias", "state_pool", "state_indices")
-
 
 class CallPlan:
-    """The validated problem (its facts size the outputs) and the launch (kdactl.kda.op.LaunchPlan)."""
+    """The validated problem (its facts size the outputs) and the launch (kdactl.kda.launch.LaunchPlan)."""
 
     __slots__ = ("problem", "launch")
 
@@ -43,38 +49,33 @@ _PLANS: dict[tuple, CallPlan] = {}
 _Tensor = torch.Tensor
 
 
-def is_compiling() -> bool:
-    """Whether torch.compile is tracing this call (prefill asks before it has imported torch)."""
-    return torch.compiler.is_compiling()
-
-
-def run(options: tuple, out, cu_seqlens_cpu, workspace, tensors: tuple):
+def run(options: tuple, call: PrefillCall):
     """A planned call's result, launched; None when it has no plan or fails a per-call check."""
-    if _HOST is not None and tensors[0].is_cuda:  # CPU tensors (tests, beside GPU ones): the dict
-        result = _HOST.run(options, out, cu_seqlens_cpu, workspace, tensors)
+    if _HOST is not None and call.q.is_cuda:  # CPU tensors (tests, beside GPU ones): the dict
+        result = _HOST.run(options, call)
         if result.__class__ is list:  # [rc, LaunchPlan]: the launcher refused
             result[1].check(result[0])
         return result
-    key, aligned = call_key(tensors, out, options)
+    key, aligned = call_key(call, options)
     plan = lookup(key)
-    if plan is None or not aligned or (cu_seqlens_cpu is not None
-                                       and not bounds_ok(cu_seqlens_cpu, tensors[6], plan.problem.seqlen)):  # fmt: skip
+    if plan is None or not aligned or (call.cu_seqlens_cpu is not None
+                                       and not bounds_ok(call.cu_seqlens_cpu, call.cu_seqlens, plan.problem.seqlen)):  # fmt: skip
         return None
-    o, final_state = outputs(out, tensors[0], tensors[2], plan.problem, options[1], check=False)
-    return launch(plan, tensors, o, final_state, workspace, None)
+    o, final_state = outputs(call.out, call.q, call.v, plan.problem, options[1], check=False)
+    return launch(plan, call, o, final_state)
 
 
-def remember(options: tuple, out, tensors: tuple, plan: CallPlan) -> None:
+def remember(options: tuple, call: PrefillCall, plan: CallPlan) -> None:
     """Keep the plan of a call that the full path validated and launched."""
-    if _HOST is None and not _DECIDED and tensors[0].is_cuda:
+    if _HOST is None and not _DECIDED and call.q.is_cuda:
         _choose_table()
-    if _HOST is not None and tensors[0].is_cuda:
+    if _HOST is not None and call.q.is_cuda:
         lp, p = plan.launch, plan.problem
         state_shape = (p.num_seqs, p.heads, *p.state_shape) if options[1] else ()
-        _HOST.remember(options, out, tensors, bytes(lp.template), lp.address, lp.need, lp.device_index, lp.launches,
-                       p.seqlen, state_shape, lp)  # fmt: skip
+        _HOST.remember(options, call, bytes(lp.template), lp.address, lp.need, lp.device_index, p.seqlen, state_shape,
+                       lp)  # fmt: skip
         return
-    key, _ = call_key(tensors, out, options)
+    key, _ = call_key(call, options)
     if key is None:
         return
     if len(_PLANS) >= MAX_PLANS:
@@ -85,15 +86,13 @@ def remember(options: tuple, out, tensors: tuple, plan: CallPlan) -> None:
         pass
 
 
-def launch(plan: CallPlan, tensors: tuple, o, final_state, workspace, checkpoints):
+def launch(plan: CallPlan, call: PrefillCall, o, final_state):
     """Launch a call on checked inputs and outputs; prefill's return value."""
-    q, k, v, g, beta, initial_state, cu_seqlens, A_log, dt_bias, state_pool, state_indices = tensors
-    stream = workspace.claim(q.device) if workspace is not None else None
-    if state_pool is not None:
-        initial_state = final_state = state_pool
-    plan.launch.launch(q, k, v, g, beta, initial_state, cu_seqlens, o, final_state, workspace, A_log, dt_bias,
-                       state_indices, checkpoints, stream)  # fmt: skip
-    return (o, final_state) if checkpoints is None else (o, final_state, checkpoints)
+    stream = call.workspace.claim(call.q.device) if call.workspace is not None else None
+    if call.state_pool is not None:
+        final_state = call.state_pool
+    plan.launch.launch(call, o, final_state, stream)
+    return (o, final_state) if call.checkpoints is None else (o, final_state, call.checkpoints)
 
 
 def outputs(out, q, v, problem: KdaProblem, output_final_state: bool, eager: bool = True, check: bool = True):
@@ -124,15 +123,17 @@ def _check_out(name, x, shape, dtype, device, eager=True):
         raise ValueError(f"kdactl.kda.prefill: {name} must be contiguous, 16-byte aligned, on {device}")
 
 
-def call_key(tensors: tuple, out: Any, options: tuple) -> tuple[tuple | None, bool]:
+def call_key(call: PrefillCall, options: tuple) -> tuple[tuple | None, bool]:
     """(key, aligned): the key of a call, from every tensor's shape, dtype, device and contiguity
-    (``tensors`` in TENSORS order, then ``out``'s) and the ``options``; None when the call cannot be
-    planned (an argument that is not a tensor). ``aligned``: every pointer is 16-byte aligned. One
-    flat loop: this runs on every call."""
-    outs = out if type(out) is tuple else (out,)
-    key: list[Any] = [options, type(out) is tuple]
+    (the call's tensors, then ``out``'s) and the ``options``; None when the call cannot be planned
+    (an argument that is not a tensor). ``aligned``: every pointer is 16-byte aligned. One flat
+    loop: this runs on every call."""
+    out = call.out
+    pair = type(out) is tuple
+    key: list[Any] = [options, pair]
     aligned = True
-    for x in (*tensors, *outs):
+    # The call's tensors, then out's (the field after them): one tuple either way.
+    for x in (*call[:TENSOR_COUNT], *out) if pair else call[: TENSOR_COUNT + 1]:
         if x is None:
             key.append(None)
             continue
@@ -182,15 +183,13 @@ def host_status() -> str:
 def _choose_table() -> None:
     """kdactl_host when it builds or loads, else this module's dict (a warning says why)."""
     global _HOST, _DECIDED, _STATUS
-    from kdactl.errors import KdactlError
-    from kdactl.jit.host import DISABLE_ENV, disabled, load_host_module
-    from kdactl.kda.op import kernels
-    from kdactl.settings import Settings
-
     _DECIDED = True
     settings = Settings.from_env()
     if disabled(settings):
         _STATUS = f"python: {DISABLE_ENV}={settings.env.get(DISABLE_ENV)}"
+        return
+    if slow_fault():  # its spare launch is LaunchPlan.launch's
+        _STATUS = "python: KDACTL_FAULT=slow"
         return
     lib = kernels()
     try:

@@ -1,16 +1,16 @@
 """The route registry and route selection: a pure function of the problem's shape and layout and
 the device's facts.
 
-ROUTE_TABLE holds one record per kernel route. Its id is the route's index in the C library's table
-(KDACTL_ROUTES in csrc/kdactl_api.h), and the library is refused at load time unless both tables
-list the same ids and names, and unless it was built with the SHARED_CONSTANTS below.
+ROUTE_TABLE holds one record per kernel route, in the order of kdactl.kernel_abi.ROUTES: its id is
+the route's index in the C library's table (KDACTL_ROUTES in csrc/kdactl_api.h), which the loader
+compares with ROUTES.
 
 Each route has an eligibility rule that returns None (eligible: it can run the problem) or the
 reason it cannot; ``preference`` orders the routes by measured speed for the problem's shape. The
 selector takes the first eligible route in that order and reports why it passed over the others. A
 forced route that is not eligible raises ValueError with that reason.
 
-No torch here: kdactl.skus and the bench options read the route names where torch must not load.
+No torch here: the bench options read the route names where torch must not load.
 """
 
 from __future__ import annotations
@@ -21,12 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from kdactl.kernel_abi import CHUNK, ROUTE_IDS, ROUTES, SMALL_BH_CTAS_PER_SM
+
 if TYPE_CHECKING:
     from kdactl.kda.problem import KdaProblem
-
-# Facts the kernel library is built with, each KDACTL_<name> in csrc/kdactl_api.h.
-MAX_GRID_DIM = 65535  # heads, sequences and segment slots each map to one grid dimension (y or z)
-CHUNK = 16  # tokens per chunk of the chunked kernels
 
 
 @dataclass(frozen=True)
@@ -71,7 +69,6 @@ def _chunk(p: KdaProblem, dev: DeviceInfo) -> str | None:
 # recurrence passes (H200, tools/kernel_times.py), so time ~ 2 L + 3 P over P segments of
 # L = chunks / P chunks: at most sqrt(chunks / 2) segments (B1 T1024 H1 with 32 segments of 2 chunks
 # measured 0.116 ms, chunk 0.046).
-SMALL_BH_CTAS_PER_SM = 2  # shared with the library, like the constants above
 SMALL_BH_MIN_SEGMENT = 2
 
 
@@ -129,15 +126,10 @@ class Route:
 
 
 ROUTE_TABLE: tuple[Route, ...] = (
-    Route("direct", 0, _direct),
-    Route("chunk", 1, _chunk),
-    Route("small_bh", 2, _small_bh, segment_chunks=_small_bh_segment_chunks),
+    Route("direct", ROUTE_IDS["direct"], _direct),
+    Route("chunk", ROUTE_IDS["chunk"], _chunk),
+    Route("small_bh", ROUTE_IDS["small_bh"], _small_bh, segment_chunks=_small_bh_segment_chunks),
 )
-ROUTES: tuple[str, ...] = tuple(r.name for r in ROUTE_TABLE)
-ROUTE_IDS: dict[str, int] = {r.name: r.id for r in ROUTE_TABLE}
-SHARED_CONSTANTS: dict[str, int] = {
-    "MAX_GRID_DIM": MAX_GRID_DIM, "CHUNK": CHUNK, "SMALL_BH_CTAS_PER_SM": SMALL_BH_CTAS_PER_SM,
-}  # fmt: skip
 
 # The chunked route takes sequences that average at least one chunk. Measured on the H200
 # (docs/routes/direct.md): at B4 H8 it beats direct from T = 16 on (0.012 vs 0.025 ms; 0.037 vs 0.238 ms at

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from kdactl.kda.problem import capturing, current_stream_ptr
+from kdactl.kda.device import capture_id, capturing, current_stream_ptr
 
 
 class KdaWorkspace:
@@ -42,7 +42,7 @@ class KdaWorkspace:
         if device != self.device:
             raise ValueError(f"kdactl.kda.prefill: workspace is for {self.device}, inputs are on {device}")
         stream = current_stream_ptr(device)
-        capture = _capture_id(stream) if capturing(device) else 0
+        capture = capture_id(stream) if capturing(device) else 0
         if self.capture_id is not None and capture != self.capture_id:
             where = f"graph capture {capture}" if capture else f"eager work on stream {stream:#x}"
             raise ValueError(
@@ -59,10 +59,3 @@ class KdaWorkspace:
                 f"{stream:#x}; give each stream its own KdaWorkspace"
             )
         return stream
-
-
-def _capture_id(stream: int) -> int:
-    """The id of the CUDA graph capture under way on ``stream``."""
-    from kdactl.kda.op import kernels
-
-    return kernels().capture_id(stream)
