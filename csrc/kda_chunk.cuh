@@ -493,11 +493,12 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
 // The state is kept transposed, S^T [V x K]: each warp owns 16 of its rows as mma accumulators, which
 // are at once the A operand of S^T W^T and S^T Qg^T and the accumulator of S^T += U^T Kr.
 //
-// Route small_bh (kda_small_bh.cu) runs it on segments of a sequence instead, in two passes. Since a
-// segment's end state is affine in its start state, S_end = M S_start + E, kReduce gets E (from a
-// zero start; segment 0 from the initial state) and, in its odd z slots, M (V = K: the columns of M
-// are the end states of the identity's columns, with zero values); a stitch kernel chains the
-// segments' start states; kReplay runs every segment from its start state and writes o.
+// Route small_bh (kda_small_bh.cu) runs it on segments of a sequence instead, in two passes. A segment
+// whose start is known (segment 0; a warm start) is walked whole in kReduce, writing o. Since any
+// other segment's end state is affine in its start state, S_end = M S_start + E, kReduce gets its E
+// (from a zero start) and, in its odd z slots, M (V = K: the columns of M are the end states of the
+// identity's columns, with zero values); a stitch kernel chains the start states; kReplay runs those
+// segments from their start states and writes o.
 enum class Pass { kWhole, kReduce, kReplay };
 
 struct Segments {
@@ -606,8 +607,6 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
     if (n < 0) return;  // past the last unit
     p = static_cast<int>(z - sg.seq_unit0[n]), segments = sg.seq_unit0[n + 1] - sg.seq_unit0[n];
   }
-  // The last segment's map is never needed, nor segment 0's M (its start state is known).
-  if (PASS == Pass::kReduce && (p == segments - 1 || (homogeneous && p == 0))) return;
   const int v_cta = vx * VS, vw = warp * 16;
   int64_t bos, eos;
   sequence_bounds(a, n, bos, eos);
@@ -615,11 +614,17 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
   const int64_t c_first = PASS == Pass::kWhole ? 0 : p * sg.chunks;  // this unit's first chunk of o (or E)
   const int64_t c_end = PASS == Pass::kWhole ? nchunks : min(nchunks, c_first + sg.chunks);
   const int64_t seg_base = (z * H + h);  // this segment's slot in sg.ends and sg.maps
-  // A segment with a warm start (warm_start) walks from there: in kReplay, writing o from c_first on;
-  // in kReduce, to its absolute end state, which needs no map. A reduction whose end state the next
-  // segment never reads (it starts warm) is skipped.
+  // A segment whose start is known (segment 0, from the initial state, or a warm start: warm_start)
+  // is walked to its end in kReduce, writing o from c_first on and its absolute end state; kReplay
+  // walks only the stitched segments, from the start the stitch made. kReduce's E (from a zero start)
+  // and M of a stitched segment run only where the next segment's start is stitched from them.
   const int64_t warm = PASS == Pass::kWhole ? 0 : warm_start<K>(ws, sg, slot0, h, H, p);
-  if (PASS == Pass::kReduce && (warm_start<K>(ws, sg, slot0, h, H, p + 1) >= 0 || (homogeneous && warm >= 0))) return;
+  const bool known = warm >= 0;
+  if (PASS == Pass::kReplay && known) return;  // walked in kReduce
+  if (PASS == Pass::kReduce) {
+    const bool next_reads = p < segments - 1 && warm_start<K>(ws, sg, slot0, h, H, p + 1) < 0;
+    if (homogeneous ? known || !next_reads : !known && !next_reads) return;
+  }
   const int64_t c_begin = warm >= 0 ? warm : c_first;  // the first chunk walked
 
   float s[K / 8][4];  // S^T rows vw+g, vw+g+8 (of this slice) x keys 8j+2t, 8j+2t+1
@@ -644,13 +649,13 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
       s[j][3] = s0 ? s0[at(s0_v_first, key + 1, vcol + 8)] : 0.f;
     }
   }
-  const bool checkpointing = PASS != Pass::kReduce && a.checkpoints != nullptr;
+  const bool writes_o = PASS != Pass::kReduce || known;  // o, checkpoints and (last segment) the final state
+  const bool checkpointing = writes_o && a.checkpoints != nullptr;
   const int64_t checkpoint0 = checkpointing ? checkpoint_base(a, n) : 0;
 
   // Copy i of a stage goes to thread i % threads, so every thread's copies sit at fixed offsets from
   // two bases (threads is a multiple of the pieces per row): the loops unroll into bare cp.async.
   constexpr int kThreads = WARPS * 32, kRow = K / 8, kSlice = VS / 8;  // 16-byte pieces per row
-  constexpr bool kOut = PASS != Pass::kReduce;  // the reduction writes no o
   static_assert(kThreads % kRow == 0 && kThreads % kSlice == 0 && C * kSlice % kThreads == 0, "copy layout");
   const int tid = threadIdx.x;
   const uint16_t* v = static_cast<const uint16_t*>(a.v);
@@ -700,7 +705,7 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
     cp_async_commit();
     const St& st = stage[i % STAGES];
     const int64_t c = c_begin + i;
-    const bool emit = kOut && c >= c_first;  // past a warm start's first chunks
+    const bool emit = writes_o && c >= c_first;  // past a warm start's first chunks
     if (checkpointing && emit && (c * C) % a.checkpoint_every == 0) {  // the state before chunk c
       const int64_t row = checkpoint0 + c * C / a.checkpoint_every;
 #pragma unroll
@@ -834,8 +839,10 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
   }
   float* sf = a.final_state && slot >= 0 ? a.final_state + state_base : nullptr;
   bool sf_v_first = a.state_v_first;
-  if (PASS == Pass::kReduce) sf = sg.ends + seg_base * K * V, sf_v_first = false;
-  if (PASS == Pass::kReplay && p != segments - 1) sf = nullptr;
+  if (PASS != Pass::kWhole && p != segments - 1) {  // E_p, for the stitch (kReduce); nothing after a replay
+    sf = PASS == Pass::kReduce ? sg.ends + seg_base * K * V : nullptr;
+    sf_v_first = false;
+  }
   if (sf) {
 #pragma unroll
     for (int j = 0; j < K / 8; ++j) {

@@ -3,14 +3,16 @@
 // route cuts every sequence into segments of `segment_chunks` chunks (kdactl/kda/routes.py plans
 // them) and runs the chain on all segments at once:
 //   1. the chunk route's prepare pass over every (chunk, head), with a bound on each chunk's state map;
-//   2. kReduce: per segment, its end state from a zero start, E, and its state map M (S_end = M S_start
-//      + E) as the end states of the identity's columns;
+//   2. kReduce: a segment whose start is known (segment 0, from the initial state; or one whose
+//      preceding chunks provably forget their history, warm_start in kda_chunk.cuh, from a zero state a
+//      few chunks early) is walked whole, writing o and its end state. Of any other, its end state from
+//      a zero start, E, and its state map M (S_end = M S_start + E) as the end states of the identity's
+//      columns, where the next segment is stitched from them;
 //   3. stitch: per (sequence, head, 8 value columns), the start states S_{p+1} = M_p S_p + E_p in fp32,
-//      a short sequential pass over the segments;
-//   4. kReplay: every segment again from its start state, writing o and the final state.
-// A segment whose preceding chunks provably forget their history (warm_start, kda_chunk.cuh) starts
-// from a zero state a few chunks early instead and needs no stitched start: where every segment does
-// (strongly decaying gates), steps 2 and 3 do nothing and the replay alone runs the recurrence.
+//      a short sequential pass over the segments (a known segment's E is its end state already);
+//   4. kReplay: each stitched segment from its start state, writing o and the final state.
+// Where every segment starts known (strongly decaying gates), kReduce alone runs the recurrence: one
+// pass over T / segments chunks and the few each warm start walks first.
 // Fixed and varlen layouts (varlen: the units of kda_small_bh_units, so that a batch is balanced by its
 // tokens, not by its sequences), state pools (their start states kept apart first), K == V.
 #include "kda_chunk_launch.cuh"
