@@ -142,11 +142,11 @@ def fused_inputs(q, k, v, g, beta, fused, A_log=None, dt_bias=None):
     q, k = q.repeat_interleave(group, dim=2), k.repeat_interleave(group, dim=2)
     if fused.gated:
         x = g + (dt_bias.detach().double().reshape(H, K).to(g.device) if dt_bias is not None else 0.0)
-        a = A_log.detach().double().to(g.device).exp()[:, None] if A_log is not None else None
+        a = A_log.detach().double().to(g.device).exp()[:, None] if A_log is not None else 1.0  # the kernels' e^A_log
         if fused.gate_mode == GATE_SOFTPLUS:
             g = -a * torch.where(x > SOFTPLUS_LINEAR_ABOVE, x, torch.log1p(torch.exp(x)))
         else:
-            g = fused.lower_bound * torch.sigmoid(a * x if a is not None else x)
+            g = fused.lower_bound * torch.sigmoid(a * x)
     if fused.beta_mode != BETA_AS_GIVEN:
         beta = torch.sigmoid(beta) * (2.0 if fused.beta_mode == BETA_SIGMOID2 else 1.0)
     return q, k, g, beta

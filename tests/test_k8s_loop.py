@@ -2,7 +2,6 @@
 certified and untainted, renewed before expiry, tainted again when its certificate stops passing,
 and a failing node is not re-certified every round."""
 
-import os
 import subprocess
 
 import pytest

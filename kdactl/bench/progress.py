@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 log = logging.getLogger("kdactl.bench")
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 
 class Progress(Protocol):
@@ -54,7 +57,7 @@ class BarProgress:
         from kdactl.emit import stderr_progress_bar
 
         self._bar = stderr_progress_bar()
-        self._task = None
+        self._task: TaskID | None = None  # the bar, once start() has sized it
         self._handler = _stderr_handler()
 
     def start(self, total: int) -> None:
@@ -62,10 +65,12 @@ class BarProgress:
         self._task = self._bar.add_task("bench", total=total)
 
     def phase(self, text: str) -> None:
-        self._bar.update(self._task, description=text)
+        if self._task is not None:
+            self._bar.update(self._task, description=text)
 
     def advance(self) -> None:
-        self._bar.advance(self._task)
+        if self._task is not None:
+            self._bar.advance(self._task)
 
     def close(self) -> None:
         self._bar.stop()

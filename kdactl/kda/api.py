@@ -13,6 +13,7 @@ from kdactl.kda.call import PrefillCall
 from kdactl.kda.custom_op import traced_prefill
 from kdactl.kda.device import device_info
 from kdactl.kda.launch import LaunchPlan
+from kdactl.kda.outputs import outputs
 from kdactl.kda.routes import decide_route
 from kdactl.kda.tuning import AUTO
 from kdactl.kda.validation import validate_call
@@ -69,7 +70,7 @@ _new_call = functools.partial(tuple.__new__, PrefillCall)  # PrefillCall._make w
 def _full_call(call: PrefillCall, options: tuple | None):
     """Validate everything, decide the route, launch; keep the plan under ``options`` when given."""
     problem, call = validate_call(call, runtime=True)
-    o, final_state = plans.outputs(call.out, call.q, call.v, problem, call.output_final_state)
+    o, final_state = outputs(call.out, call.q, call.v, problem, call.output_final_state)
     device = device_info(call.q.device)
     route_id = decide_route(problem, device, call.route).id  # an ineligible forced route fails here
     plan = plans.CallPlan(problem, LaunchPlan.of(problem, device, route_id, call))
@@ -82,6 +83,6 @@ def _full_call(call: PrefillCall, options: tuple | None):
 def _traced(call: PrefillCall):
     """Under torch.compile: one opaque op in the graph, which decides the route when it runs."""
     problem, call = validate_call(call, runtime=False)
-    o, final_state = plans.outputs(call.out, call.q, call.v, problem, call.output_final_state, eager=False)
+    o, final_state = outputs(call.out, call.q, call.v, problem, call.output_final_state, eager=False)
     traced_prefill(call, o, final_state)
     return o, final_state
