@@ -36,13 +36,14 @@ int64_t unit_count(const kdactl_kda_args& a) {
   return (num_slots(a) + a.segment_chunks - 1) / a.segment_chunks + a.batch;
 }
 
-// Workspace: the prepared blocks, then per (unit, head) E [K][V] and M^T [K][K] in fp32, then with a
-// state pool the start states [N][H][K][V] fp32, then (varlen) the unit table: unit_seq [units] and
-// seq_unit0 [N + 1], int32.
+// Workspace: the prepared blocks, then per (unit, head) E [K][V] and M^T [K][K] in fp32, then room for
+// a state pool's start states [N][H][K][V] fp32 (always: a size is computed before any pointer is
+// set, and at most half of E and M's), then (varlen) the unit table: unit_seq [units] and seq_unit0
+// [N + 1], int32.
 template <int K, int V>
 uint64_t workspace_bytes(const kdactl_kda_args& a) {
   const uint64_t states = static_cast<uint64_t>(unit_count(a)) * a.heads;
-  const uint64_t starts = a.state_indices ? static_cast<uint64_t>(a.batch) * a.heads * K * V * sizeof(float) : 0;
+  const uint64_t starts = static_cast<uint64_t>(a.batch) * a.heads * K * V * sizeof(float);
   const uint64_t table = a.varlen ? (unit_count(a) + a.batch + 1) * sizeof(int) : 0;
   return blocks_bytes<K>(a) + states * (K * V + K * K) * sizeof(float) + starts + table;
 }
@@ -58,7 +59,8 @@ Segments segments_of(const kdactl_kda_args& a) {
   sg.ends = reinterpret_cast<float*>(base);
   sg.maps = sg.ends + states * K * V;
   float* after = sg.maps + states * K * K;
-  if (a.state_indices) sg.starts = after, after += a.batch * a.heads * K * V;
+  if (a.state_indices) sg.starts = after;
+  after += a.batch * a.heads * K * V;
   if (a.varlen) {
     sg.unit_seq = reinterpret_cast<int*>(after);
     sg.seq_unit0 = sg.unit_seq + unit_count(a);

@@ -213,8 +213,12 @@ def test_the_real_library_exports_the_registry_and_names_bad_arguments(tmp_path,
     packed = KdaArgs(batch=3, seqlen=200, heads=2, key_dim=128, value_dim=128, segment_chunks=2, varlen=1)
     units = -(-(200 // 16 + 3) // 2) + 3  # ceil(slots / segment_chunks) + N
     blocks = (200 // 16 + 3) * 2 * 14864  # slots x heads x a block's bytes (csrc/kda_chunk.cuh Block<128>)
-    want = blocks + units * 2 * (128 * 128 * 2) * 4 + (units + 3 + 1) * 4
+    want = blocks + units * 2 * (128 * 128 * 2) * 4 + 3 * 2 * 128 * 128 * 4 + (units + 3 + 1) * 4  # + a pool's starts
     assert kernels.workspace_bytes(ROUTES.index("small_bh"), packed) == want
+    # The size is computed before any pointer is set: a state pool's pointer must not change it.
+    pooled = KdaArgs(batch=3, seqlen=200, heads=2, key_dim=128, value_dim=128, segment_chunks=2, varlen=1,
+                     state_indices=0x1000)  # fmt: skip
+    assert kernels.workspace_bytes(ROUTES.index("small_bh"), pooled) == want
     for bad in (dict(varlen=1), dict(cu_seqlens=0x1000), dict(varlen=2, cu_seqlens=0x1000)):  # a launch checks both
         with pytest.raises(KernelArgumentError, match="varlen must be 0 or 1, and cu_seqlens non-NULL exactly") as err:
             args = KdaArgs(batch=1, seqlen=64, heads=2, key_dim=128, value_dim=128, **bad)
