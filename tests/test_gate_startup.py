@@ -103,3 +103,11 @@ def test_gate_checks_a_node_signature_and_loads_cryptography_only_then(signed_en
     typer = CliRunner().invoke(app, args, env=env)
     assert (code, json.loads(out)) == (typer.exit_code, json.loads(typer.stdout))
     assert code == 1 and "not by a key of node-a" in json.loads(out)["reasons"][0] and modules == []
+
+
+def test_reading_an_aot_bundle_imports_no_builder():
+    """kdactl gate looks up the node's library (an AOT bundle or the cache) on every run: that must
+    not import the builder (filelock pulls in asyncio: about 0.1 s of a gate on an H200 node)."""
+    code = "import sys, kdactl.jit.aot, kdactl.jit.cache; print(sorted(m for m in ('filelock', 'asyncio', 'kdactl.jit.build') if m in sys.modules))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=cf.ROOT)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
