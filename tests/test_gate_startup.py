@@ -17,7 +17,7 @@ from kdactl.entry import gate_args
 from tests import certify_fakes as cf
 from tests.tools import require_module
 
-HEAVY = ("torch", "typer", "pydantic", "click", "cryptography")
+HEAVY = ("torch", "typer", "pydantic", "click", "cryptography", "rich")
 
 
 @pytest.fixture
@@ -42,10 +42,12 @@ def run_console_script(env, *args):
     return out, json.loads(modules), int(code)
 
 
-def test_gate_imports_neither_torch_nor_typer(fresh_env):
-    out, modules, code = run_console_script(fresh_env, "gate", "--json")
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "text"])
+def test_gate_imports_neither_torch_nor_typer_nor_rich(fresh_env, as_json):
+    out, modules, code = run_console_script(fresh_env, "gate", *(["--json"] if as_json else []))
     assert modules == [], f"kdactl gate imported {modules}"
-    assert code == 3 and json.loads(out)["result"] == "unknown"  # no NVML here: cannot tell
+    assert code == 3  # no NVML here: cannot tell
+    assert json.loads(out)["result"] == "unknown" if as_json else out.startswith("UNKNOWN: ")
 
 
 def test_the_fast_gate_answers_as_the_typer_command(fresh_env):
