@@ -46,11 +46,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         typer_main(argv)
         return
     from kdactl.certify.gate import gate_command
-    from kdactl.emit import run_report
+    from kdactl.emit import PlainConsole, run_report
 
     as_json = args.pop("as_json")
     sys.exit(
         run_report(
-            lambda s: gate_command(s, args.get("cert"), args.get("key_file"), args.get("trusted_keys")), as_json, "gate"
+            lambda s: gate_command(s, args.get("cert"), args.get("key_file"), args.get("trusted_keys")),
+            as_json,
+            "gate",
+            PlainConsole,  # gate's report is plain lines
         )
     )

@@ -14,14 +14,16 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdactl import __version__
 from kdactl.atomic import write_json_atomic
 from kdactl.errors import UnsafeCache
 from kdactl.jit import cache
-from kdactl.jit.build import BuildResult
 from kdactl.jit.spec import JitSpec
+
+if TYPE_CHECKING:  # the builder (filelock, ninja's runner) is not imported to read a bundle: kdactl gate reads one
+    from kdactl.jit.build import BuildResult
 
 log = logging.getLogger("kdactl.jit")
 
