@@ -778,29 +778,44 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
     // call needs (U and Kr in bf16 dominate its error: tools/chunk_precision.py --fla-gate-case).
     const uint32_t au[4] = {pack_bf16(u[0][0], u[0][1]), pack_bf16(u[0][2], u[0][3]),
                             pack_bf16(u[1][0], u[1][1]), pack_bf16(u[1][2], u[1][3])};
-    float u_max = 0.f;
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) u_max = fmaxf(u_max, fabsf(u[nt][i]));
-    const bool u_f16 = a.qkv_fp16 && !__any_sync(0xffffffffu, u_max > kF16Safe);
-    const uint32_t au16[4] = {pack_f16(u[0][0], u[0][1]), pack_f16(u[0][2], u[0][3]),
-                              pack_f16(u[1][0], u[1][1]), pack_f16(u[1][2], u[1][3])};
     const int tr = ((lane >> 3) & 1) * 8 + (lane & 7), tc = (lane >> 4) * 8;
+    // One loop per operand kind, chosen once per chunk (a choice inside it cost bf16 calls, which
+    // never take the others, instructions on the chain through S): kBf16 U and Kr; kF16 U and Kr
+    // (fp16 inputs, the warp's U within kF16Safe); kBf16U (fp16 inputs, U past it: Kr converted).
+    enum { kBf16, kF16, kBf16U };
+    auto update = [&](auto kind, const uint32_t(&a_u)[4]) {
+      constexpr int kKind = decltype(kind)::value;
 #pragma unroll
-    for (int jj = 0; jj < K / 16; ++jj) {
-      uint32_t bk[4];
-      ldmatrix_x4_trans(bk, &st.kr[tr][16 * jj + tc]);
-      if (a.qkv_fp16 && !u_f16)
+      for (int jj = 0; jj < K / 16; ++jj) {
+        uint32_t bk[4];
+        ldmatrix_x4_trans(bk, &st.kr[tr][16 * jj + tc]);
+        if constexpr (kKind == kBf16U)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) bk[i] = f16_to_bf16(bk[i]);
+          for (int i = 0; i < 4; ++i) bk[i] = f16_to_bf16(bk[i]);
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int j = 2 * jj + half;
-        const float2 e = *reinterpret_cast<const float2*>(&st.eg[8 * j + 2 * t]);
-        s[j][0] *= e.x, s[j][1] *= e.y, s[j][2] *= e.x, s[j][3] *= e.y;
-        if (u_f16) mma_f16(s[j], au16, bk[2 * half], bk[2 * half + 1]);
-        else mma_bf16(s[j], au, bk[2 * half], bk[2 * half + 1]);
+        for (int half = 0; half < 2; ++half) {
+          const int j = 2 * jj + half;
+          const float2 e = *reinterpret_cast<const float2*>(&st.eg[8 * j + 2 * t]);
+          s[j][0] *= e.x, s[j][1] *= e.y, s[j][2] *= e.x, s[j][3] *= e.y;
+          if constexpr (kKind == kF16) mma_f16(s[j], a_u, bk[2 * half], bk[2 * half + 1]);
+          else mma_bf16(s[j], a_u, bk[2 * half], bk[2 * half + 1]);
+        }
+      }
+    };
+    if (!a.qkv_fp16) {
+      update(Gate::Mode<kBf16>{}, au);
+    } else {
+      float u_max = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) u_max = fmaxf(u_max, fabsf(u[nt][i]));
+      if (__any_sync(0xffffffffu, u_max > kF16Safe)) {
+        update(Gate::Mode<kBf16U>{}, au);
+      } else {
+        const uint32_t au16[4] = {pack_f16(u[0][0], u[0][1]), pack_f16(u[0][2], u[0][3]),
+                                  pack_f16(u[1][0], u[1][1]), pack_f16(u[1][2], u[1][3])};
+        update(Gate::Mode<kF16>{}, au16);
       }
     }
     if (emit) {  // O^T += U^T P^T (the U the state took), then o through a per-warp tile, 16 bytes a lane
