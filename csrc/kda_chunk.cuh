@@ -17,6 +17,7 @@
 // and is below total_rows / C + N.
 #pragma once
 #include <cuda_bf16.h>
+#include <type_traits>
 #include "device.cuh"
 
 namespace kdactl {
@@ -42,9 +43,11 @@ struct Block {
   static constexpr int64_t kKr = kQ + C * K * 2;   // Kr  [C][K] bf16, fp16 when q, k, v are (a.qkv_fp16)
   static constexpr int64_t kM = kKr + C * K * 2;   // the planes
   static constexpr int64_t kEg = kM + kPlanes * C * C * 2;  // eG  [K]    fp32
-  // log2 of a bound on the norm of the chunk's state map (route small_bh only), padded to 16 bytes
+  // log2 of a bound on the norm of the chunk's state map (route small_bh only), padded so that every
+  // block starts a 128-byte line: the recurrence's 16-byte copies of a row then touch 2 lines, not 3
   static constexpr int64_t kBound = kEg + K * 4;
-  static constexpr int64_t kBytes = kBound + 16;
+  static constexpr int64_t kBytes = kBound + 128;
+  static_assert(kBytes % 128 == 0, "blocks on whole lines");
 };
 
 // Route small_bh lets a segment start from a zero state a few chunks before its own first chunk when
@@ -197,8 +200,8 @@ __device__ __forceinline__ void exact_a_p(Sm& sm, int lane, float scale) {
 
 // One (chunk, head)'s factors into its workspace block, by one warp: rows row0 .. row0 + ntok - 1 of
 // the flattened layout (ntok <= C), into slot `slot`; with the bound on the chunk's state map when
-// route small_bh asks for it (a.segment_chunks > 0).
-template <int K, typename GT, typename In>
+// BOUND (route small_bh, a.segment_chunks > 0: the other routes' instance has none of its work).
+template <int K, typename GT, typename In, bool BOUND>
 __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned char* ws, int64_t slot, int h,
                                               int64_t row0, int ntok, PrepSmem<K, GT, In>& sm) {
   using Sm = PrepSmem<K, GT, In>;
@@ -269,7 +272,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     for (int e = 0; e < 4; ++e) bias[e] = Gate::bias(a, h, 4 * j + e);
   bool exact = false;
   float Gr[C][4], run[4] = {0.f, 0.f, 0.f, 0.f};
-  float kr_sq[C] = {}, eg_max = 0.f;  // this lane's keys' share of each ||Kr_t||^2, and their largest eG
+  float kr_sq[BOUND ? C : 1] = {}, eg_max = 0.f;  // this lane's keys' share of each ||Kr_t||^2; their largest eG
   if (j < K / 4) {
     gate.with_mode([&](auto mode) {  // one unrolled loop per gate mode
       constexpr int M = decltype(mode)::value;
@@ -293,16 +296,16 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
       for (int r = 0; r < C; ++r) exact |= fabsf(Gr[r][e] - Gr[Sm::kRefRow][e]) > kShiftLimit;
     }
     *reinterpret_cast<float4*>(eg_out + 4 * j) = make_float4(ex(run[0]), ex(run[1]), ex(run[2]), ex(run[3]));
-    eg_max = fmaxf(fmaxf(ex(run[0]), ex(run[1])), fmaxf(ex(run[2]), ex(run[3])));
+    if constexpr (BOUND) eg_max = fmaxf(fmaxf(ex(run[0]), ex(run[1])), fmaxf(ex(run[2]), ex(run[3])));
 #pragma unroll
     for (int r = 0; r < C; ++r) {
       const float4 kv = to_f4(&sm.k[r][4 * j]);
       const float4 kr = make_float4(kv.x * ex(run[0] - Gr[r][0]), kv.y * ex(run[1] - Gr[r][1]),
                                     kv.z * ex(run[2] - Gr[r][2]), kv.w * ex(run[3] - Gr[r][3]));
       *reinterpret_cast<uint2*>(kr_out + r * K + 4 * j) =
-          a.qkv_fp16 ? make_uint2(pack_f16(kr.x, kr.y), pack_f16(kr.z, kr.w))  // |Kr| <= |k|: in fp16's range
-                     : make_uint2(pack_bf16(kr.x, kr.y), pack_bf16(kr.z, kr.w));
-      kr_sq[r] = fmaf(kr.x, kr.x, fmaf(kr.y, kr.y, fmaf(kr.z, kr.z, kr.w * kr.w)));
+          std::is_same_v<In, __half> ? make_uint2(pack_f16(kr.x, kr.y), pack_f16(kr.z, kr.w))  // |Kr| <= |k|: fp16's range
+                                     : make_uint2(pack_bf16(kr.x, kr.y), pack_bf16(kr.z, kr.w));
+      if constexpr (BOUND) kr_sq[r] = fmaf(kr.x, kr.x, fmaf(kr.y, kr.y, fmaf(kr.z, kr.z, kr.w * kr.w)));
     }
   }
   exact = __any_sync(0xffffffffu, exact);
@@ -443,7 +446,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     put(q_st[g + 8], c0, qg[1]);
   }
   __syncwarp();
-  if (a.segment_chunks > 0) {  // route small_bh: the bound on this chunk's state map (kDropLog2)
+  if constexpr (BOUND) {  // route small_bh: the bound on this chunk's state map (kDropLog2)
     reduce_scatter_step<8>(kr_sq, lane);  // then lane l holds row l % C's share of 16 lanes
     reduce_scatter_step<4>(kr_sq, lane);
     reduce_scatter_step<2>(kr_sq, lane);
@@ -467,7 +470,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
   copy_out(q_out, &q_st[0][0]);
 }
 
-template <int K, typename GT, typename In>
+template <int K, typename GT, typename In, bool BOUND>
 __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a, unsigned char* ws) {
 #ifdef KDACTL_ARCH_MISMATCH
   __trap();
@@ -485,7 +488,7 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
   const int64_t row0 = bos + (slot - (bos / C + lo)) * C;
   if (row0 >= eos) return;  // a slot past this sequence's last chunk
   const int ntok = static_cast<int>(eos - row0 < C ? eos - row0 : C);
-  prepare_chunk<K, GT, In>(a, ws, slot, blockIdx.y, row0, ntok, *reinterpret_cast<PrepSmem<K, GT, In>*>(smem_raw));
+  prepare_chunk<K, GT, In, BOUND>(a, ws, slot, blockIdx.y, row0, ntok, *reinterpret_cast<PrepSmem<K, GT, In>*>(smem_raw));
 #endif
 }
 
@@ -586,7 +589,9 @@ constexpr size_t recur_smem() {
 }
 
 // One CTA's walk: value slice vx, head h, unit bz (a sequence, or a segment slot).
-template <int K, int V, int WARPS, int STAGES, Pass PASS>
+// F16: q, k, v and o are fp16 (a.qkv_fp16), an instance of its own, so that the bf16 instance's loop
+// is one straight block, free of fp16's operand choices on the chain through S.
+template <int K, int V, int WARPS, int STAGES, Pass PASS, bool F16>
 __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned char* ws, const Segments& sg,
                                       unsigned char* smem_raw, int vx, int h, int64_t bz) {
   constexpr int VS = 16 * WARPS;
@@ -697,7 +702,7 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
     if (i < count) load(c_begin + i, stage[i]);
     cp_async_commit();
   }
-  uint16_t* o = static_cast<uint16_t*>(a.o);  // bf16 or fp16 (a.qkv_fp16)
+  uint16_t* o = static_cast<uint16_t*>(a.o);  // bf16, or fp16 (F16)
   for (int64_t i = 0; i < count; ++i) {
     cp_async_wait<STAGES - 2>();
     sync_first<kThreads>();  // chunk i is in; everyone is done with the stage the next load overwrites
@@ -705,7 +710,7 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
     cp_async_commit();
     const St& st = stage[i % STAGES];
     const int64_t c = c_begin + i;
-    const bool emit = writes_o && c >= c_first;  // past a warm start's first chunks
+    const bool emit = PASS == Pass::kWhole || (writes_o && c >= c_first);  // past a warm start's first chunks
     if (checkpointing && emit && (c * C) % a.checkpoint_every == 0) {  // the state before chunk c
       const int64_t row = checkpoint0 + c * C / a.checkpoint_every;
 #pragma unroll
@@ -736,7 +741,7 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
       ldmatrix_x4_trans(av, &st.v[lr][vw + lc]);
       ldmatrix_x4(bm, &st.m[0][lr][lc]);
       ldmatrix_x4(bm_lo, &st.m[1][lr][lc]);
-      if (a.qkv_fp16) {  // fp16 v as two bf16 parts, exactly: hi times M' (hi + lo), lo times M' hi
+      if constexpr (F16) {  // fp16 v as two bf16 parts, exactly: hi times M' (hi + lo), lo times M' hi
         uint32_t av_lo[4];
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
@@ -802,7 +807,7 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
         }
       }
     };
-    if (!a.qkv_fp16) {
+    if constexpr (!F16) {
       update(Gate::Mode<kBf16>{}, au);
     } else {
       float u_max = 0.f;
@@ -831,7 +836,7 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i)
-          o_tile[warp][8 * nt + 2 * t + (i & 1)][g + (i >> 1) * 8] = o_bits(out[nt][i] + out_odd[nt][i], a.qkv_fp16);
+          o_tile[warp][8 * nt + 2 * t + (i & 1)][g + (i >> 1) * 8] = o_bits(out[nt][i] + out_odd[nt][i], F16);
       __syncwarp();
       const int tok = lane >> 1, half = lane & 1;
       const int64_t row = bos + c * C + tok;
@@ -870,14 +875,14 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
   }
 }
 
-template <int K, int V, int WARPS, int STAGES, Pass PASS = Pass::kWhole>
+template <int K, int V, int WARPS, int STAGES, Pass PASS, bool F16>
 __global__ void __launch_bounds__(WARPS * 32)
     kda_chunk_recur(const kdactl_kda_args a, const unsigned char* ws, const Segments sg) {
 #ifdef KDACTL_ARCH_MISMATCH
   __trap();
 #else
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  recur<K, V, WARPS, STAGES, PASS>(a, ws, sg, smem_raw, blockIdx.x, blockIdx.y, blockIdx.z);
+  recur<K, V, WARPS, STAGES, PASS, F16>(a, ws, sg, smem_raw, blockIdx.x, blockIdx.y, blockIdx.z);
 #endif
 }
 

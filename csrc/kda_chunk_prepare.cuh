@@ -13,7 +13,7 @@ int launch_prepare_as(const kdactl_kda_args& a, cudaStream_t stream) {
   int rc = 0;
   with_g_type(a, [&](auto g_type) {
     using GT = decltype(g_type);
-    auto prepare = kda_chunk_prepare<K, GT, In>;
+    auto prepare = a.segment_chunks > 0 ? kda_chunk_prepare<K, GT, In, true> : kda_chunk_prepare<K, GT, In, false>;
     const size_t smem = sizeof(PrepSmem<K, GT, In>);
     rc = set_smem(prepare, smem);
     if (rc == 0) {

@@ -212,7 +212,7 @@ def test_the_real_library_exports_the_registry_and_names_bad_arguments(tmp_path,
     # small_bh on varlen (3 sequences, 200 tokens): a table of units besides the blocks and states.
     packed = KdaArgs(batch=3, seqlen=200, heads=2, key_dim=128, value_dim=128, segment_chunks=2, varlen=1)
     units = -(-(200 // 16 + 3) // 2) + 3  # ceil(slots / segment_chunks) + N
-    blocks = (200 // 16 + 3) * 2 * 14864  # slots x heads x a block's bytes (csrc/kda_chunk.cuh Block<128>)
+    blocks = (200 // 16 + 3) * 2 * 14976  # slots x heads x a block's bytes (csrc/kda_chunk.cuh Block<128>)
     want = blocks + units * 2 * (128 * 128 * 2) * 4 + 3 * 2 * 128 * 128 * 4 + (units + 3 + 1) * 4  # + a pool's starts
     assert kernels.workspace_bytes(ROUTES.index("small_bh"), packed) == want
     # The size is computed before any pointer is set: a state pool's pointer must not change it.
