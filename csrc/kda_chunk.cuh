@@ -43,10 +43,9 @@ struct Block {
   static constexpr int64_t kKr = kQ + C * K * 2;   // Kr  [C][K] bf16, fp16 when q, k, v are (a.qkv_fp16)
   static constexpr int64_t kM = kKr + C * K * 2;   // the planes
   static constexpr int64_t kEg = kM + kPlanes * C * C * 2;  // eG  [K]    fp32
-  // log2 of a bound on the norm of the chunk's state map (route small_bh only), padded so that every
-  // block starts a 128-byte line: the recurrence's 16-byte copies of a row then touch 2 lines, not 3
-  static constexpr int64_t kBound = kEg + K * 4;
-  static constexpr int64_t kBytes = kBound + 128;
+  static constexpr int64_t kBytes = kEg + K * 4;
+  // Every block starts a 128-byte line, so the recurrence's 16-byte copies of a row touch 2 lines, not
+  // 3; route small_bh's bounds live apart (chunk_bounds) so that these stay exactly what the plain path reads.
   static_assert(kBytes % 128 == 0, "blocks on whole lines");
 };
 
@@ -69,6 +68,12 @@ constexpr float kBoundMargin = 1.f + 1.f / 64.f;
 __host__ __device__ inline int64_t num_slots(const kdactl_kda_args& a) {
   const int64_t rows = a.varlen ? a.seqlen : a.batch * a.seqlen;
   return rows / C + a.batch;
+}
+
+// Route small_bh's bounds, log2 of each chunk map's (fp32 [slot][head]), right after the blocks.
+template <int K>
+__host__ __device__ inline float* chunk_bounds(const kdactl_kda_args& a, unsigned char* ws) {
+  return reinterpret_cast<float*>(ws + num_slots(a) * a.heads * Block<K>::kBytes);
 }
 
 // ---- Kernel 1: one warp per (slot, head) ----------------------------------------------------------
@@ -457,7 +462,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     const float terms = warp_allreduce(lane & 1 ? 0.f : sqrtf(kr_r * w_r));
 #pragma unroll
     for (int m = 16; m > 0; m >>= 1) eg_max = fmaxf(eg_max, __shfl_xor_sync(0xffffffffu, eg_max, m));
-    if (lane == 0) *reinterpret_cast<float*>(blk + B::kBound) = log2f((eg_max + terms) * kBoundMargin);
+    if (lane == 0) chunk_bounds<K>(a, ws)[slot * H + h] = log2f((eg_max + terms) * kBoundMargin);
   }
   // The two tiles out, 16 bytes a lane: each row is K values back to back in the block.
   auto copy_out = [&](bf16* out, const bf16* st) {
@@ -507,7 +512,7 @@ enum class Pass { kWhole, kReduce, kReplay };
 struct Segments {
   int64_t chunks = 0;     // chunks per segment
   int count = 1;          // segments per sequence
-  bool bounded = false;   // the blocks hold the chunk maps' bounds (kDropLog2): segments may start warm
+  const float* bounds = nullptr;  // chunk_bounds, where the prepare stored them: segments may start warm
   // Varlen (route small_bh's unit table, one entry per unit: a sequence's segments are consecutive
   // units, each of at most `chunks` chunks, so one long sequence is cut and short ones are whole):
   int* unit_seq = nullptr;   // [units]: the sequence of each unit, -1 past the last; nullptr: fixed layout
@@ -523,18 +528,15 @@ struct Segments {
 // the walk back from the segment's first chunk reaches it within kWarmChunks chunks; else the chunk
 // c > 0 from which chunks c .. first - 1 bound the history before them to 2^kDropLog2 (a zero state
 // there); else -1: the segment needs its exact stitched start. `slot0`: the sequence's chunk 0's slot.
-template <int K>
-__device__ __forceinline__ int64_t warm_start(const unsigned char* ws, const Segments& sg, int64_t slot0, int h,
-                                              int H, int p) {
+__device__ __forceinline__ int64_t warm_start(const Segments& sg, int64_t slot0, int h, int H, int p) {
   const int64_t first = p * sg.chunks;
   if (first == 0) return 0;
-  if (!sg.bounded) return first <= kWarmChunks ? 0 : -1;
+  if (!sg.bounds) return first <= kWarmChunks ? 0 : -1;
   float bound[kWarmChunks];  // log2 of the bounds of chunks first - 1, first - 2, ...: all loads at once
 #pragma unroll
   for (int w = 0; w < kWarmChunks; ++w) {
     const int64_t c = first - 1 - w;
-    bound[w] = c > 0 ? *reinterpret_cast<const float*>(ws + ((slot0 + c) * H + h) * Block<K>::kBytes + Block<K>::kBound)
-                     : 0.f;
+    bound[w] = c > 0 ? sg.bounds[(slot0 + c) * H + h] : 0.f;
   }
   float log2_bound = 0.f;
 #pragma unroll
@@ -623,11 +625,11 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
   // is walked to its end in kReduce, writing o from c_first on and its absolute end state; kReplay
   // walks only the stitched segments, from the start the stitch made. kReduce's E (from a zero start)
   // and M of a stitched segment run only where the next segment's start is stitched from them.
-  const int64_t warm = PASS == Pass::kWhole ? 0 : warm_start<K>(ws, sg, slot0, h, H, p);
+  const int64_t warm = PASS == Pass::kWhole ? 0 : warm_start(sg, slot0, h, H, p);
   const bool known = warm >= 0;
   if (PASS == Pass::kReplay && known) return;  // walked in kReduce
   if (PASS == Pass::kReduce) {
-    const bool next_reads = p < segments - 1 && warm_start<K>(ws, sg, slot0, h, H, p + 1) < 0;
+    const bool next_reads = p < segments - 1 && warm_start(sg, slot0, h, H, p + 1) < 0;
     if (homogeneous ? known || !next_reads : !known && !next_reads) return;
   }
   const int64_t c_begin = warm >= 0 ? warm : c_first;  // the first chunk walked

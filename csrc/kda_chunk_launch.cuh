@@ -13,6 +13,11 @@ uint64_t blocks_bytes(const kdactl_kda_args& a) {
   return static_cast<uint64_t>(num_slots(a)) * a.heads * Block<K>::kBytes;
 }
 
+// Route small_bh's chunk_bounds, to a whole 128-byte line (what follows them starts one).
+inline uint64_t bounds_bytes(const kdactl_kda_args& a) {
+  return (static_cast<uint64_t>(num_slots(a)) * a.heads * sizeof(float) + 127) / 128 * 128;
+}
+
 // 0 when the chunked kernels are built for these head dims (K == V in {64, 128}), else the code
 // naming the one that is not.
 inline int head_error(const kdactl_kda_args& a) {

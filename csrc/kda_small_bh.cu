@@ -36,16 +36,16 @@ int64_t unit_count(const kdactl_kda_args& a) {
   return (num_slots(a) + a.segment_chunks - 1) / a.segment_chunks + a.batch;
 }
 
-// Workspace: the prepared blocks, then per (unit, head) E [K][V] and M^T [K][K] in fp32, then room for
-// a state pool's start states [N][H][K][V] fp32 (always: a size is computed before any pointer is
-// set, and at most half of E and M's), then (varlen) the unit table: unit_seq [units] and seq_unit0
-// [N + 1], int32.
+// Workspace: the prepared blocks and their bounds (chunk_bounds), then per (unit, head) E [K][V] and
+// M^T [K][K] in fp32, then room for a state pool's start states [N][H][K][V] fp32 (always: a size is
+// computed before any pointer is set, and at most half of E and M's), then (varlen) the unit table:
+// unit_seq [units] and seq_unit0 [N + 1], int32.
 template <int K, int V>
 uint64_t workspace_bytes(const kdactl_kda_args& a) {
   const uint64_t states = static_cast<uint64_t>(unit_count(a)) * a.heads;
   const uint64_t starts = static_cast<uint64_t>(a.batch) * a.heads * K * V * sizeof(float);
   const uint64_t table = a.varlen ? (unit_count(a) + a.batch + 1) * sizeof(int) : 0;
-  return blocks_bytes<K>(a) + states * (K * V + K * K) * sizeof(float) + starts + table;
+  return blocks_bytes<K>(a) + bounds_bytes(a) + states * (K * V + K * K) * sizeof(float) + starts + table;
 }
 
 template <int K, int V>
@@ -53,8 +53,9 @@ Segments segments_of(const kdactl_kda_args& a) {
   Segments sg;
   sg.chunks = a.segment_chunks;
   sg.count = static_cast<int>(a.varlen ? unit_count(a) : segment_count(a));  // varlen: a bound per sequence
-  sg.bounded = true;  // the prepare pass stores every chunk's bound when segment_chunks > 0
-  unsigned char* base = static_cast<unsigned char*>(a.workspace) + blocks_bytes<K>(a);
+  unsigned char* ws = static_cast<unsigned char*>(a.workspace);
+  sg.bounds = chunk_bounds<K>(a, ws);  // the prepare pass stores every chunk's bound when segment_chunks > 0
+  unsigned char* base = ws + blocks_bytes<K>(a) + bounds_bytes(a);
   const int64_t states = unit_count(a) * a.heads;
   sg.ends = reinterpret_cast<float*>(base);
   sg.maps = sg.ends + states * K * V;
@@ -163,7 +164,7 @@ __global__ void __launch_bounds__(K)
   for (int i = k; i < (P + 31) / 32; i += K) warm[i] = 0u;
   __syncthreads();
   for (int p = k; p < P; p += K)
-    if (warm_start<K>(ws, sg, bos / C + n, h, H, p) >= 0) atomicOr(&warm[p / 32], 1u << (p % 32));
+    if (warm_start(sg, bos / C + n, h, H, p) >= 0) atomicOr(&warm[p / 32], 1u << (p % 32));
   __syncthreads();
   auto is_warm = [&](int p) { return (warm[p / 32] >> (p % 32)) & 1u; };
   auto mapped = [&](int p) { return !is_warm(p + 1) && !is_warm(p); };  // step p needs M_p

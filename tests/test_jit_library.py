@@ -208,11 +208,14 @@ def test_the_real_library_exports_the_registry_and_names_bad_arguments(tmp_path,
     # chunked route's scratch for 64 rows, two fixed ones for 128; the sizes read no pointer.
     fixed = KdaArgs(batch=2, seqlen=64, heads=2, key_dim=128, value_dim=128)
     packed = KdaArgs(batch=2, seqlen=64, heads=2, key_dim=128, value_dim=128, varlen=1)
-    assert kernels.workspace_bytes(ROUTES.index("chunk"), fixed) > kernels.workspace_bytes(ROUTES.index("chunk"), packed) > 0
-    # small_bh on varlen (3 sequences, 200 tokens): a table of units besides the blocks and states.
+    # The chunk route's scratch is its blocks alone: slots x heads x a block's bytes (csrc/kda_chunk.cuh
+    # Block<128>, whole 128-byte lines with nothing of small_bh's in them).
+    assert kernels.workspace_bytes(ROUTES.index("chunk"), fixed) == (2 * 64 // 16 + 2) * 2 * 14848
+    # small_bh on varlen (3 sequences, 200 tokens): the blocks' bounds, a table of units besides the states.
     packed = KdaArgs(batch=3, seqlen=200, heads=2, key_dim=128, value_dim=128, segment_chunks=2, varlen=1)
-    units = -(-(200 // 16 + 3) // 2) + 3  # ceil(slots / segment_chunks) + N
-    blocks = (200 // 16 + 3) * 2 * 14976  # slots x heads x a block's bytes (csrc/kda_chunk.cuh Block<128>)
+    slots = 200 // 16 + 3
+    units = -(-slots // 2) + 3  # ceil(slots / segment_chunks) + N
+    blocks = slots * 2 * 14848 + 128  # and a 128-byte line of their bounds (slots x heads fp32)
     want = blocks + units * 2 * (128 * 128 * 2) * 4 + 3 * 2 * 128 * 128 * 4 + (units + 3 + 1) * 4  # + a pool's starts
     assert kernels.workspace_bytes(ROUTES.index("small_bh"), packed) == want
     # The size is computed before any pointer is set: a state pool's pointer must not change it.
