@@ -53,13 +53,11 @@ def verdict(
     """(verdict, reason). Any fail -> not_certified; else any error, or a required check missing or
     skipped -> inconclusive; else certified. ``warn`` fails only with ``fail_on_warn``."""
     results = list(results)
-    failed = [r for r in results if r.status == "fail" or (fail_on_warn and r.status == "warn")]
+    failed, errors, skipped_required = _deciders(results, fail_on_warn)
     if failed:
         return "not_certified", "; ".join(f"{_where(r)}: {r.message or r.status}" for r in failed)
-    errors = [r for r in results if r.status == "error"]
     ran = {r.check for r in results if r.status in ("pass", "warn")}
     missing = [name for name in required if name not in ran]
-    skipped_required = [r for r in results if r.status == "skip" and r.required]
     if errors or missing or skipped_required:
         parts = [f"{_where(r)}: {r.message or 'error'}" for r in errors]
         parts += [f"{name}: required check did not run" for name in missing]
@@ -68,6 +66,22 @@ def verdict(
     if not results:
         return "inconclusive", "no checks ran"
     return "certified", f"{len(results)} checks, none failed"
+
+
+def deciding(results: Iterable[CheckResult], fail_on_warn: bool = False) -> list[CheckResult]:
+    """The results that decide ``verdict``: its failures, else its errors and skipped required checks
+    (a required check that never ran has no result)."""
+    failed, errors, skipped_required = _deciders(list(results), fail_on_warn)
+    return failed or errors + skipped_required
+
+
+def _deciders(
+    results: list[CheckResult], fail_on_warn: bool
+) -> tuple[list[CheckResult], list[CheckResult], list[CheckResult]]:
+    """(failures, errors, skipped required checks): the three kinds of result ``verdict`` judges by."""
+    failed = [r for r in results if r.status == "fail" or (fail_on_warn and r.status == "warn")]
+    errors = [r for r in results if r.status == "error"]
+    return failed, errors, [r for r in results if r.status == "skip" and r.required]
 
 
 def _where(r: CheckResult) -> str:

@@ -12,12 +12,12 @@ import pytest
 from kdactl.assets import checks_dir
 from kdactl.bench.baseline import GateRow
 from kdactl.certify.command import CertifyOptions, certify_command
-from kdactl.certify.fault_catch import CATCHES, catch_for, catch_problems, deciding, stage_of
+from kdactl.certify.fault_catch import CATCHES, catch_for, catch_problems, stage_of
 from kdactl.certify.stages import default_plan, judge_perf_activity, perf_results, perf_stage
 from kdactl.faults import KINDS, is_active, perturb_output, wants_sanitizer_fault
 from kdactl.hw.activity import Activity
 from kdactl.kda.routes import ROUTES
-from kdactl.results import VERDICT_EXIT, CheckResult
+from kdactl.results import VERDICT_EXIT, CheckResult, deciding
 from kdactl.sanitizer.run import ToolRun
 from kdactl.suite_plugin import check_name
 from tests import certify_fakes as cf

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kdactl.faults import parse_fault
-from kdactl.results import CheckResult, verdict
+from kdactl.results import CheckResult, deciding, verdict
 
 # The per-GPU stages (kdactl.certify.stages.default_plan) and the checks each one reports beside
 # the one named after it; a check of no stage (inventory, target, health) is a node check.
@@ -54,13 +54,6 @@ def stage_of(check: str) -> str:
         return "build"
     head = re.split(r"[.\[]", check, maxsplit=1)[0]
     return head if head in ("suite", "sanitize", "perf") else NODE
-
-
-def deciding(results: Iterable[CheckResult]) -> list[CheckResult]:
-    """The results that decide the verdict: the failures, else the errors and required skips."""
-    results = list(results)
-    failed = [r for r in results if r.status == "fail"]
-    return failed or [r for r in results if r.status == "error" or (r.status == "skip" and r.required)]
 
 
 def catch_for(fault_value: str) -> tuple[Catch, str]:
