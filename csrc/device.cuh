@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <type_traits>
 #include "common.cuh"
 
 namespace kdactl {
@@ -184,6 +185,12 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
 template <>
 __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half(x); }
+// The pair of T (bf16 or fp16) nearest (lo, hi), as one word.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __half>) return pack_f16(lo, hi);
+  else return pack_bf16(lo, hi);
+}
 // The 16 bits of x rounded to o's type (fp16 or bf16), for code that stages o untyped.
 __device__ __forceinline__ uint16_t o_bits(float x, bool fp16) {
   if (fp16) return __half_as_ushort(__float2half(x));

@@ -130,6 +130,39 @@ __device__ __forceinline__ float row_sum_sq(const T* row, int first) {
   return acc + __shfl_xor_sync(0xffffffffu, acc, 1);
 }
 
+// Row r of a staged q or k tile to unit norm in place, fla's x / sqrt(|x|^2 + eps) rounded to T, by
+// lanes 2r and 2r + 1 (`first`: the lane's parity), alternate 16-byte pieces each as in row_sum_sq.
+// The lane's pieces are read once into registers and written back whole: element by element, the
+// pass took eight 2-byte loads and stores where one 16-byte access does. Same sums, same roundings.
+template <int K, typename T>
+__device__ __forceinline__ void l2norm_row(T* row, int first) {
+  static_assert(K % 16 == 0, "whole 16-byte pieces, two lanes a row");
+  constexpr int kPieces = K / 16;
+  uint4 x[kPieces];
+  float acc = 0.f;
+#pragma unroll
+  for (int i = 0; i < kPieces; ++i) {
+    x[i] = *reinterpret_cast<const uint4*>(row + first * 8 + 16 * i);
+    const uint32_t w[4] = {x[i].x, x[i].y, x[i].z, x[i].w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 v = to_f2(reinterpret_cast<const T*>(&w[e]));
+      acc = fmaf(v.x, v.x, fmaf(v.y, v.y, acc));
+    }
+  }
+  const float rs = rsqrtf(acc + __shfl_xor_sync(0xffffffffu, acc, 1) + kL2NormEps);
+#pragma unroll
+  for (int i = 0; i < kPieces; ++i) {
+    uint32_t w[4] = {x[i].x, x[i].y, x[i].z, x[i].w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 v = to_f2(reinterpret_cast<const T*>(&w[e]));
+      w[e] = pack2<T>(v.x * rs, v.y * rs);
+    }
+    *reinterpret_cast<uint4*>(row + first * 8 + 16 * i) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
 // A lane's 2 or 4 adjacent keys of a row, as floats, in one access.
 template <typename T>
 __device__ __forceinline__ void lane_keys(const T* p, float (&out)[4]) {
@@ -238,20 +271,9 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
   if (lane < C) sm.beta[lane] = lane < ntok ? load_beta(a, (row0 + lane) * H + h) : 0.f;
   cp_async_wait_all();
   __syncwarp();
-  if (a.qk_l2norm) {
-    // Normalized in place, rounded to q's type as the tensor-core products read them. Lanes 2r and
-    // 2r + 1 hold row r between them (row_sum_sq), so every row's two sums take one pass and one
-    // shuffle. Rows past the end are zero and stay zero.
-    const int r = lane >> 1, first = lane & 1;
-    auto inv_norm = [&](const In* row) { return rsqrtf(row_sum_sq<K>(row, first) + kL2NormEps); };
-    auto scale_row = [&](In* row, float rs) {
-      for (int c = first * 8; c < K; c += 16)
-#pragma unroll
-        for (int e = 0; e < 8; ++e) row[c + e] = from_f<In>(to_f(row[c + e]) * rs);
-    };
-    const float rq = inv_norm(sm.q[r]), rk = inv_norm(sm.k[r]);
-    scale_row(sm.q[r], rq);
-    scale_row(sm.k[r], rk);
+  if (a.qk_l2norm) {  // rounded to q's type as the tensor-core products read them; rows past the end stay zero
+    l2norm_row<K>(sm.q[lane >> 1], lane & 1);
+    l2norm_row<K>(sm.k[lane >> 1], lane & 1);
     __syncwarp();
   }
 
@@ -308,8 +330,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
       const float4 kr = make_float4(kv.x * ex(run[0] - Gr[r][0]), kv.y * ex(run[1] - Gr[r][1]),
                                     kv.z * ex(run[2] - Gr[r][2]), kv.w * ex(run[3] - Gr[r][3]));
       *reinterpret_cast<uint2*>(kr_out + r * K + 4 * j) =
-          std::is_same_v<In, __half> ? make_uint2(pack_f16(kr.x, kr.y), pack_f16(kr.z, kr.w))  // |Kr| <= |k|: fp16's range
-                                     : make_uint2(pack_bf16(kr.x, kr.y), pack_bf16(kr.z, kr.w));
+          make_uint2(pack2<In>(kr.x, kr.y), pack2<In>(kr.z, kr.w));  // fp16 with fp16 inputs: |Kr| <= |k|, in range
       if constexpr (BOUND) kr_sq[r] = fmaf(kr.x, kr.x, fmaf(kr.y, kr.y, fmaf(kr.z, kr.z, kr.w * kr.w)));
     }
   }
