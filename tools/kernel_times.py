@@ -1,7 +1,10 @@
 """Per-kernel GPU time of one route on one shape (torch.profiler over a few calls, warm L2): where a
 multi-kernel route spends its time.
 
-    python3 tools/kernel_times.py [--config plain|bound|softplus] [--gates test|init] ROUTE B,T,H [...]
+    python3 tools/kernel_times.py [--config plain|bound|softplus] [--gates test|init] [--bare] ROUTE B,T,H [...]
+
+--bare: the calls without torch.profiler (for ncu, whose replay and the profiler both want CUPTI):
+    ncu --kernel-name regex:kda_chunk_prepare --launch-skip 1 --launch-count 1 python3 tools/kernel_times.py --bare ...
 
 A recurrence shape may follow the route: chunk:warps=4,stages=8 (kdactl.kda.Tuning's text form).
 --config: plain is a precomputed log decay with q and k normalized; bound and softplus are the serving
@@ -13,14 +16,13 @@ against an older kdactl too, which has only kdactl.kda's names."""
 import argparse
 
 import torch
-
-import kdactl
 from torch.profiler import ProfilerActivity, profile
 
+import kdactl
 from kdactl.kda import prefill
-from kdactl.kda.tuning import tuning_argument
 from kdactl.kda.fused import BETA_SIGMOID, GATE_LOWER_BOUND, GATE_SOFTPLUS, Fused
 from kdactl.kda.inputs import random_inputs
+from kdactl.kda.tuning import tuning_argument
 
 CONFIGS = {"plain": None, "bound": Fused(True, BETA_SIGMOID, GATE_LOWER_BOUND, -5.0),
            "softplus": Fused(True, BETA_SIGMOID, GATE_SOFTPLUS)}  # fmt: skip
@@ -54,6 +56,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", default="plain", choices=list(CONFIGS))
     ap.add_argument("--gates", default="test", choices=["test", "init"])
+    ap.add_argument("--bare", action="store_true", help="the calls alone, without the profiler (for ncu)")
     ap.add_argument("route")
     ap.add_argument("shapes", nargs="+")
     args = ap.parse_args()
@@ -64,6 +67,11 @@ def main():
         x, extra = call_args(B, T, H, args.config, args.gates)
         prefill(**x, **extra, route=route, tuning=tuning)
         torch.cuda.synchronize()
+        if args.bare:
+            for _ in range(3):
+                prefill(**x, **extra, route=route, tuning=tuning)
+            torch.cuda.synchronize()
+            continue
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(3):
                 prefill(**x, **extra, route=route, tuning=tuning)
