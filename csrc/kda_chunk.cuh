@@ -28,7 +28,7 @@ constexpr int C = KDACTL_CHUNK;        // tokens per chunk
 // A and P are formed on tensor cores as (K e^G')(K e^-G')^T, G' = G - G_ref with the chunk's middle row
 // as reference (e^(G_t - G_s) = e^G'_t e^-G'_s), while every |G'| and -G_ref stay within kShiftLimit:
 // e^+-60 leaves fp32 room for q and k to 1e12, and the lower-bound gate (>= -5 a token, so |G'| <= 40)
-// always fits. Past it (steeper decays within 8 tokens), exactly, term by term.
+// always fits. Past it (steeper decays within 8 tokens), through the chunk's halving (steep_a_p).
 constexpr float kShiftLimit = 60.f;
 constexpr float kF16Safe = 60000.f;  // |U| up to here rounds to a finite fp16 (65504 is its largest)
 
@@ -94,7 +94,7 @@ struct PrepSmem {
   static_assert(GP - K == 8 && K / 8 <= C, "e^G_ref fits in G's padding");
   __device__ static float* ref_of(PrepSmem& sm, int key) { return &sm.G[key / 8][K + key % 8]; }
   In q[C][KP], k[C][KP];
-  float G[C][GP];             // G, then e^(G - G_ref) (the exact path: e^G) from the A/P pass on
+  float G[C][GP];             // G, then e^(G - G_ref) (the steep path: e^G) from the A/P pass on
   float NM[C][NP], P[C][NP];  // N, then M' in its place; P
   float beta[C];
 };
@@ -163,75 +163,114 @@ __device__ __forceinline__ void l2norm_row(T* row, int first) {
   }
 }
 
-// A lane's 2 or 4 adjacent keys of a row, as floats, in one access.
-template <typename T>
-__device__ __forceinline__ void lane_keys(const T* p, float (&out)[4]) {
-  const float4 x = to_f4(p);
-  out[0] = x.x, out[1] = x.y, out[2] = x.z, out[3] = x.w;
-}
-template <typename T>
-__device__ __forceinline__ void lane_keys(const T* p, float (&out)[2]) {
-  const float2 x = to_f2(p);
-  out[0] = x.x, out[1] = x.y;
-}
-
-// A and P term by term, for chunks whose decay is too steep to factor (kShiftLimit), from G as staged
-// (sm.G, before the e^G pass): lane j holds keys KPL j .. KPL j + KPL - 1. In two passes over the
-// columns s < 8 and s >= 8, row t at a time, X_s = k_s e^(G_t - G_s) is carried from row t - 1 by one
-// product with e^(g_t) = e^(G_t - G_(t-1)) (decays only shrink it, so nothing overflows, and a term
-// small enough to underflow is one the sum cannot see): KPL MUFU ops a row where each term took one,
-// and a pass holds 8 columns' X (the chunk route's fused grid has no registers for 16). Each lane sums
-// its keys' share of P_ts = q_t . X_s and A_ts = k_t . X_s for the pass's s <= t (16 values), a
-// reduce-scatter sums the lanes' shares: lane 2s' + 1 holds A_ts, lane 2s' P_ts (s = 8 pass + s'),
-// and places above the diagonal are zero. The loop over t stays rolled, so this rarely taken path adds
-// little code beside the tensor-core one.
-template <int K, typename In, typename Sm>
-__device__ __forceinline__ void exact_a_p(Sm& sm, int lane, float scale) {
-  constexpr int KPL = K / 32, S = C / 2;  // keys per lane, columns per pass
-  static_assert(KPL == 2 || KPL == 4, "a lane's keys in one 8- or 16-byte access (no bank conflicts)");
-  static_assert(4 * S == 32, "a pass's P and A values for a row, 16 lanes");
-  const int key0 = KPL * lane;
-  for (int r = lane; r < S * S; r += 32) sm.NM[r / S][S + r % S] = 0.f, sm.P[r / S][S + r % S] = 0.f;  // t < 8 <= s
-#pragma unroll 1
-  for (int pass = 0; pass < 2; ++pass) {
-    const int s0 = S * pass;
-    float X[S][KPL], G_prev[KPL];
-    if (pass == 0) {
-#pragma unroll
-      for (int e = 0; e < KPL; ++e) G_prev[e] = 0.f;
-    } else {
-      lane_keys(&sm.G[s0 - 1][key0], G_prev);
+// A and P for chunks whose decay is too steep to factor through one reference row (kShiftLimit), still
+// on tensor cores, from G as staged (sm.G, before the e^G pass). Each pair s < t is factored through
+// the token R where the chunk's binary halving first parts them (t and s agree on the bits above the
+// highest one in which they differ, b; R is the last token of s's half):
+//   e^(G_t - G_s) = e^(G_t - G_R) e^(G_R - G_s),   s <= R < t,
+// and since G only falls, both factors are at most 1: nothing overflows however steep the decay, and a
+// factor that underflows belongs to a term under 2^-126 |k_t| |k_s|, which no sum here can see. The
+// roundings are the fast path's: each factor times k or q to tf32 (2^-11), summed in fp32.
+// Level lv = 0, 1, 2 pairs the rows t with bit b = 3 - lv set with the 8 columns s of their block's
+// other half (b clear); level 3 pairs t = 2m + 1 with s = 2m and gives P's even diagonal (R = s:
+// factor 1); level 4 gives P's odd diagonal. One m16n8k8 product per level and k-step (B's 8 columns
+// are the level's 8 tokens s), rows outside the level zero. Every (t, s <= t) is written by exactly
+// one level; the rest of NM and P stays zero.
+struct SteepLevel {
+  int lv;
+  // The reference token of row r, or -1 where r has no pair at this level.
+  __device__ __forceinline__ int row_ref(int r) const {
+    if (lv <= 2) {
+      const int b = 3 - lv;
+      return (r >> b) & 1 ? (r & ~((2 << b) - 1)) + (1 << b) - 1 : -1;
     }
-#pragma unroll 1
-    for (int t = s0; t < C; ++t) {
-      float v[2 * S], kt[KPL], qt[KPL], Gt[KPL], decay[KPL];
-      lane_keys(&sm.k[t][key0], kt);
-      lane_keys(&sm.q[t][key0], qt);
-      lane_keys(&sm.G[t][key0], Gt);
+    return lv == 3 ? r & ~1 : (r & 1 ? r : -1);
+  }
+  // The token s of B's column n; its reference is row_ref's for the rows it pairs with.
+  __device__ __forceinline__ int col_token(int n) const {
+    if (lv <= 2) {
+      const int b = 3 - lv;
+      return ((n >> b) << (b + 1)) | (n & ((1 << b) - 1));
+    }
+    return 2 * n + (lv == 4);
+  }
+  __device__ __forceinline__ int col_ref(int s) const {
+    if (lv <= 2) {
+      const int b = 3 - lv;
+      return (s & ~((2 << b) - 1)) + (1 << b) - 1;
+    }
+    return s;
+  }
+};
+
+template <int K, typename In, typename Sm>
+__device__ __forceinline__ void steep_a_p(Sm& sm, int lane, float scale) {
+  constexpr int kLevels = 5;
+  const int g = lane >> 2, t = lane & 3;
+  // This lane's rows g and g + 8 and its B column g at each level, with their reference tokens (a row
+  // outside the level takes itself: e^0 = 1, then times 0, never inf * 0).
+  int row_ref[kLevels][2], s_col[kLevels], r_col[kLevels];
+  float live[kLevels][2];
 #pragma unroll
-      for (int e = 0; e < KPL; ++e) decay[e] = ex(Gt[e] - G_prev[e]), G_prev[e] = Gt[e];
+  for (int lv = 0; lv < kLevels; ++lv) {
+    const SteepLevel level{lv};
 #pragma unroll
-      for (int c = 0; c < S; ++c) {
-        const int s = s0 + c;
-        float sa = 0.f, sp = 0.f;
+    for (int half = 0; half < 2; ++half) {
+      const int r = g + 8 * half, ref = level.row_ref(r);
+      live[lv][half] = ref >= 0 ? 1.f : 0.f;
+      row_ref[lv][half] = ref >= 0 ? ref : r;
+    }
+    s_col[lv] = level.col_token(g);
+    r_col[lv] = level.col_ref(s_col[lv]);
+  }
+  for (int i = lane; i < C * C; i += 32) sm.NM[i / C][i % C] = 0.f, sm.P[i / C][i % C] = 0.f;
+  float acc_a[kLevels - 1][4] = {}, acc_p[kLevels][4] = {};  // level 4 is P's odd diagonal alone
+#pragma unroll 2
+  for (int kk = 0; kk < K / 8; ++kk) {
+    // k-index t is key 8kk + 2t and t + 4 is key 8kk + 2t + 1, as on the fast path.
+    const int col = 8 * kk + 2 * t;
+    float2 G_t[2], kv[2], qv[2];
 #pragma unroll
-        for (int e = 0; e < KPL; ++e) {
-          if (s < t) X[c][e] *= decay[e];
-          if (s == t) X[c][e] = kt[e];
-          if (s <= t) sa = fmaf(kt[e], X[c][e], sa), sp = fmaf(qt[e], X[c][e], sp);
+    for (int half = 0; half < 2; ++half) {
+      G_t[half] = *reinterpret_cast<const float2*>(&sm.G[g + 8 * half][col]);
+      kv[half] = to_f2(&sm.k[g + 8 * half][col]);
+      qv[half] = to_f2(&sm.q[g + 8 * half][col]);
+    }
+#pragma unroll
+    for (int lv = 0; lv < kLevels; ++lv) {
+      uint32_t ak[4], aq[4];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float2 e = make_float2(live[lv][half], live[lv][half]);  // level 4: the row is its own reference
+        if (lv < 4) {
+          const float2 G_r = *reinterpret_cast<const float2*>(&sm.G[row_ref[lv][half]][col]);
+          e = make_float2(e.x * ex(G_t[half].x - G_r.x), e.y * ex(G_t[half].y - G_r.y));
         }
-        v[2 * c] = sp, v[2 * c + 1] = sa;
+        if (lv == 0 && half == 0) e = make_float2(0.f, 0.f);  // rows 0-7 have no pair across the middle
+        ak[half] = to_tf32(kv[half].x * e.x), ak[half + 2] = to_tf32(kv[half].y * e.y);
+        aq[half] = to_tf32(qv[half].x * scale * e.x), aq[half + 2] = to_tf32(qv[half].y * scale * e.y);
       }
-      reduce_scatter_step<8>(v, lane);  // over lanes l and l ^ 8, .., l ^ 1: lane l has value l % 16
-      reduce_scatter_step<4>(v, lane);
-      reduce_scatter_step<2>(v, lane);
-      reduce_scatter_step<1>(v, lane);
-      const float total = v[0] + __shfl_xor_sync(0xffffffffu, v[0], 16);
-      const int s = s0 + (lane & 15) / 2;
-      if (lane < 16) {
-        if (lane & 1) sm.NM[t][s] = s < t ? sm.beta[t] * total : 0.f;
-        else sm.P[t][s] = scale * total;
+      float2 y = to_f2(&sm.k[s_col[lv]][col]);
+      if (lv <= 2) {  // levels 3 and 4: the column is its own reference
+        const float2 G_s = *reinterpret_cast<const float2*>(&sm.G[s_col[lv]][col]);
+        const float2 G_r = *reinterpret_cast<const float2*>(&sm.G[r_col[lv]][col]);
+        y = make_float2(y.x * ex(G_r.x - G_s.x), y.y * ex(G_r.y - G_s.y));
       }
+      const uint32_t b0 = to_tf32(y.x), b1 = to_tf32(y.y);
+      if (lv < 4) mma_tf32(acc_a[lv < 4 ? lv : 0], ak, b0, b1);
+      mma_tf32(acc_p[lv], aq, b0, b1);
+    }
+  }
+  __syncwarp();  // NM and P are zero everywhere
+#pragma unroll
+  for (int lv = 0; lv < kLevels; ++lv) {
+    const SteepLevel level{lv};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // (row g or g + 8, column 2t or 2t + 1)
+      const int r = g + 8 * (i >> 1), s = level.col_token(2 * t + (i & 1)), ref = level.row_ref(r);
+      if (ref < 0 || ref != level.col_ref(s)) continue;  // not a pair of this level
+      sm.P[r][s] = acc_p[lv][i];
+      if (lv < 4 && s < r) sm.NM[r][s] = sm.beta[r] * acc_a[lv < 4 ? lv : 0][i];
     }
   }
 }
@@ -287,7 +326,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
   // G = cumsum of g over the chunk, 4 keys per lane, each lane's 4 keys moved in one access (one per
   // key conflicted 4 ways). The 16 rows stay in registers for eG and Kr, and G goes to shared memory
   // as e^(G - G_ref), all the later passes read with e^G_ref (each e^x once: MUFU was a fifth of the
-  // pass), unless the decay is too steep to factor (kShiftLimit): then as G, for the exact A and P.
+  // pass), unless the decay is too steep to factor (kShiftLimit): then as G, for steep_a_p.
   static_assert(K <= 128, "a lane per 4 keys");
   const int j = lane;
   // fla's gates from raw g, as each row is summed: the head's constants and this lane's 4 dt_bias
@@ -297,7 +336,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
   if (j < K / 4)
 #pragma unroll
     for (int e = 0; e < 4; ++e) bias[e] = Gate::bias(a, h, 4 * j + e);
-  bool exact = false;
+  bool steep = false;
   float Gr[C][4], run[4] = {0.f, 0.f, 0.f, 0.f};
   float kr_sq[BOUND ? C : 1] = {}, eg_max = 0.f;  // this lane's keys' share of each ||Kr_t||^2; their largest eG
   if (j < K / 4) {
@@ -318,9 +357,9 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     });
 #pragma unroll
     for (int e = 0; e < 4; ++e) {  // e^G' and e^-G' finite, and e^G_ref far above fp32's underflow
-      exact |= Gr[Sm::kRefRow][e] < -kShiftLimit;
+      steep |= Gr[Sm::kRefRow][e] < -kShiftLimit;
 #pragma unroll
-      for (int r = 0; r < C; ++r) exact |= fabsf(Gr[r][e] - Gr[Sm::kRefRow][e]) > kShiftLimit;
+      for (int r = 0; r < C; ++r) steep |= fabsf(Gr[r][e] - Gr[Sm::kRefRow][e]) > kShiftLimit;
     }
     *reinterpret_cast<float4*>(eg_out + 4 * j) = make_float4(ex(run[0]), ex(run[1]), ex(run[2]), ex(run[3]));
     if constexpr (BOUND) eg_max = fmaxf(fmaxf(ex(run[0]), ex(run[1])), fmaxf(ex(run[2]), ex(run[3])));
@@ -334,11 +373,11 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
       if constexpr (BOUND) kr_sq[r] = fmaf(kr.x, kr.x, fmaf(kr.y, kr.y, fmaf(kr.z, kr.z, kr.w * kr.w)));
     }
   }
-  exact = __any_sync(0xffffffffu, exact);
+  steep = __any_sync(0xffffffffu, steep);
   if (j < K / 4) {  // every lane has read its g of row r above (the 16-bit g's place)
     float4* out = reinterpret_cast<float4*>(&sm.G[0][4 * j]);
     float4* ref = reinterpret_cast<float4*>(Sm::ref_of(sm, 4 * j));
-    if (!exact) {
+    if (!steep) {
       const float* mid = Gr[Sm::kRefRow];
 #pragma unroll
       for (int r = 0; r < C; ++r)
@@ -348,13 +387,13 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     } else {
 #pragma unroll
       for (int r = 0; r < C; ++r) out[r * Sm::GP / 4] = make_float4(Gr[r][0], Gr[r][1], Gr[r][2], Gr[r][3]);
-      *ref = make_float4(1.f, 1.f, 1.f, 1.f);  // the exact pass leaves e^G itself
+      *ref = make_float4(1.f, 1.f, 1.f, 1.f);  // the steep pass leaves e^G itself
     }
   }
   __syncwarp();
 
   // A (strictly lower, times beta_t) -> sm.NM, and P (lower with diagonal) -> sm.P.
-  if (!exact) {
+  if (!steep) {
     float acc_a[2][4] = {}, acc_p[2][4] = {};
 #pragma unroll 4
     for (int kk = 0; kk < K / 8; ++kk) {
@@ -386,7 +425,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
         sm.P[tt][ss] = ss <= tt ? acc_p[nt][i] : 0.f;
       }
   } else {
-    exact_a_p<K, In>(sm, lane, scale);
+    steep_a_p<K, In>(sm, lane, scale);
     __syncwarp();  // G is read no more: e^G in its place, as the other path left it
     for (int i = lane; i < C * (K / 4); i += 32) {
       float4* x = reinterpret_cast<float4*>(&sm.G[i / (K / 4)][i % (K / 4) * 4]);

@@ -1,8 +1,9 @@
 """Where the chunk route's error comes from, on the CPU: the chunked form with the kernel's rounding
 points (tf32 operands in the prepare pass; bf16 -W, Qg, Kr and hi + lo bf16 M', P in the workspace;
 bf16 S and U as mma operands; bf16 o), each of which can be raised to tf32 or fp32, held to the fp64
-reference. A and P as the prepare forms them: factored on tf32 operands where the chunk's decay fits
-kShiftLimit, else term by term in fp32 (its exact path).
+reference. A and P as the prepare forms them, on tf32 operands: factored through the chunk's middle row
+where its decay fits kShiftLimit, else each pair through the token where the chunk's halving parts it
+(its steep path, steep_a_p).
 An emulation, not a measurement of the kernel: keep its rounding points in step with csrc/kda_chunk.cuh.
 
     python3 tools/chunk_precision.py --T 4096 --H 2 --g 0
@@ -36,6 +37,18 @@ def hi_lo(x):  # the workspace's bf16 pair, as the recurrence's products see it
     return hi + bf16(x - hi)
 
 
+def pair_refs(n):
+    """The token each pair (t, s <= t) of an n-token chunk is factored through on the steep path
+    (csrc/kda_chunk.cuh steep_a_p): t itself on the diagonal, else the last token of s's half where
+    the chunk's binary halving first parts them (the highest bit in which t and s differ)."""
+    R = torch.arange(n).unsqueeze(1).expand(n, n).clone()  # [t, s]; s > t: unused
+    for t in range(n):
+        for s in range(t):
+            b = (t ^ s).bit_length() - 1
+            R[t, s] = (t & ~((2 << b) - 1)) + (1 << b) - 1
+    return R
+
+
 def a_and_p(qc, kc, G, scale):
     """A (strictly lower) and P (lower) of each (head) chunk, as the prepare pass forms them."""
     n = qc.shape[-2]
@@ -45,12 +58,14 @@ def a_and_p(qc, kc, G, scale):
     A = tf32(kc * Gs.exp()) @ tf32(kc * (-Gs).exp()).transpose(-1, -2) * strict
     P = tf32(qc * scale * Gs.exp()) @ tf32(kc * (-Gs).exp()).transpose(-1, -2) * lower
     steep = (Gs.abs().amax(dim=(-2, -1)) > SHIFT_LIMIT) | (ref.amin(dim=(-2, -1)) < -SHIFT_LIMIT)
-    if steep.any():  # term by term: e^(G_t - G_s) for s <= t
-        D = torch.exp((G.unsqueeze(-2) - G.unsqueeze(-3)).clamp(max=0))
-        A_exact = torch.einsum("...tk,...sk,...tsk->...ts", kc, kc, D) * strict
-        P_exact = scale * torch.einsum("...tk,...sk,...tsk->...ts", qc, kc, D) * lower
+    if steep.any():  # e^(G_t - G_s) = e^(G_t - G_R) e^(G_R - G_s), each factor <= 1, on tf32 operands
+        GR = G[..., pair_refs(n), :]  # [..., t, s, K]
+        row = (G.unsqueeze(-2) - GR).clamp(max=0).exp()  # e^(G_t - G_R)
+        Y = tf32(kc.unsqueeze(-3) * (GR - G.unsqueeze(-3)).clamp(max=0).exp())  # k_s e^(G_R - G_s)
+        A_steep = (tf32(kc.unsqueeze(-2) * row) * Y).sum(-1) * strict
+        P_steep = (tf32(qc.unsqueeze(-2) * scale * row) * Y).sum(-1) * lower
         mask = steep[..., None, None]
-        A, P = torch.where(mask, A_exact, A), torch.where(mask, P_exact, P)
+        A, P = torch.where(mask, A_steep, A), torch.where(mask, P_steep, P)
     return A, P
 
 
