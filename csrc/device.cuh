@@ -1,35 +1,15 @@
-// Device primitives shared by the kernel routes: cp.async staging, warp-level tensor-core MMA
-// (mma.sync, which every SPEC target from sm_80 on runs), ldmatrix, and the sequence bounds of the
-// fixed and varlen layouts.
+// Device helpers shared by the kernel routes: operand packing for the tensor cores, the sequence
+// bounds of the fixed and varlen layouts, element types, and fla's gates. The inline PTX they build
+// on lives in ptx.cuh.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
 #include <type_traits>
 #include "common.cuh"
+#include "ptx.cuh"
 
 namespace kdactl {
-
-// ---- cp.async: 16-byte global -> shared copies that bypass registers --------------------------------
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-// Copies `bytes` (0 or 16) and zero-fills the rest: padding rows past a sequence's end read nothing.
-__device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, int bytes) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-// A barrier over the first THREADS threads of the CTA only (id 1; __syncthreads is id 0 over all).
-template <int THREADS>
-__device__ __forceinline__ void sync_first() {
-  asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
-}
 
 // ---- Tensor cores ---------------------------------------------------------------------------------
 // Fragment layouts (PTX ISA, mma.m16n8k8 tf32 / m16n8k16 bf16), with g = lane / 4, t = lane % 4:
@@ -69,38 +49,6 @@ __device__ __forceinline__ void split_bf16(float x0, float x1, uint32_t& hi, uin
   const float2 h = unpack_bf16(hi);
   lo = pack_bf16(x0 - h.x, x1 - h.y);
 }
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-// D += A B on 16-bit operands of TYPE ("bf16" or "f16"), fp32 accumulators.
-#define KDACTL_MMA_16BIT(TYPE)                                                                              \
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TYPE "." TYPE ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, " \
-               "{%8,%9}, {%0,%1,%2,%3};\n"                                                                \
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                            \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  KDACTL_MMA_16BIT("bf16");
-}
-__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  KDACTL_MMA_16BIT("f16");
-}
-// Four 8x8 bf16 matrices; lanes 8j..8j+7 give the row addresses of matrix j (16 bytes each).
-// Plain: lane gets (row g, cols 2t, 2t+1) of each. Transposed: (rows 2t, 2t+1, col g).
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem_row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem_row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
-}
-
 // ---- Layouts --------------------------------------------------------------------------------------
 // Sequence n's token rows [bos, eos) in the flattened [B*T] layout (fixed: n * T; varlen: cu_seqlens).
 __device__ __forceinline__ void sequence_bounds(const kdactl_kda_args& a, int64_t n, int64_t& bos, int64_t& eos) {
@@ -204,23 +152,6 @@ __device__ __forceinline__ float load_beta(const kdactl_kda_args& a, int64_t idx
   if (a.beta_mode == KDACTL_BETA_AS_GIVEN) return b;
   const float s = 1.f / (1.f + expf(-b));
   return a.beta_mode == KDACTL_BETA_SIGMOID2 ? 2.f * s : s;
-}
-
-// ---- Fast transcendentals: one MUFU op each ----------------------------------------------------------
-constexpr float kLog2e = 1.4426950408889634f;
-// e^x as ex2.approx (relative error ~2^-22) of x log2(e), flushing denormal results to zero, which
-// only drops terms already below 1e-38 of their neighbours; exp2f would add its denormal handling.
-// Rounding x log2(e) adds |x| 2^-24 to the relative error: below 2^-19 for |x| <= 8.
-__device__ __forceinline__ float ex(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x * kLog2e));
-  return y;
-}
-// 1 / x as rcp.approx (relative error ~2^-23); rcp(inf) = 0.
-__device__ __forceinline__ float rcp(float x) {
-  float y;
-  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
 }
 
 // ---- fla's gates from raw g -------------------------------------------------------------------------

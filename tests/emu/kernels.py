@@ -1,0 +1,85 @@
+"""Calls the emulated kernel library (tests/emu/build.py) on CPU tensors, through the same C ABI and
+the same route plans as kdactl.kda.launch: a KdaArgs filled from the tensors, the route's workspace,
+the route's launcher. One library copy per emulated SM count, since the library reads the device's
+facts once per process and the plans of small_bh and the recurrence's width depend on them."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+from pathlib import Path
+
+import torch
+
+from kdactl.kda.fused import NONE, Fused
+from kdactl.kda.problem import DTYPE_CODES, KdaProblem
+from kdactl.kda.routes import ROUTE_TABLE, DeviceInfo
+from kdactl.kda.tuning import AUTO, Tuning
+from kdactl.kernel_abi import ROUTE_IDS, KdaArgs
+
+
+class EmulatedKernels:
+    """The emulated library of one SM count."""
+
+    def __init__(self, library: Path, sms: int = 132):
+        copy = library.with_name(f"{library.stem}-sms{sms}.so")
+        if not copy.exists():
+            tmp = copy.with_suffix(".tmp")
+            shutil.copy(library, tmp)
+            tmp.rename(copy)
+        self.lib = ctypes.CDLL(str(copy))
+        self.lib.kdactl_emu_configure(ctypes.c_int(sms))
+        self.lib.kdactl_kda_workspace_bytes.argtypes = [ctypes.POINTER(KdaArgs), ctypes.c_int,
+                                                        ctypes.POINTER(ctypes.c_uint64)]  # fmt: skip
+        self.lib.kdactl_error_string.restype = ctypes.c_char_p
+        self.device = DeviceInfo(sms, (9, 0), "sm_90a")
+
+    def run(self, route: str, q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None,
+            fused: Fused = NONE, A_log=None, dt_bias=None, state_v_first=False, tuning: Tuning = AUTO,
+            state_indices=None, segment_chunks=None):  # fmt: skip
+        """(o, final state) of one call of ``route`` on contiguous CPU tensors shaped as kdactl.kda's
+        (q, k [B,T,Hq,K], v [B,T,H,V], g [B,T,H,K], beta [B,T,H]); with ``state_indices`` the
+        initial state is a pool, updated in place and returned as the final state. Raises
+        RuntimeError with the library's message when the launcher returns an error."""
+        p = KdaProblem.of(q, v, g, beta, cu_seqlens, state_v_first)
+        route_id = ROUTE_IDS[route]
+        if segment_chunks is None:
+            segment_chunks = ROUTE_TABLE[route_id].segment_chunks(p, self.device)
+        B, T, H, V = v.shape
+        K = q.shape[-1]
+        o = torch.empty_like(v)
+        state_shape = (V, K) if state_v_first else (K, V)
+        if state_indices is not None:
+            final = initial_state
+        else:
+            final = torch.full((p.num_seqs, H, *state_shape), float("nan"))
+        keep = [q, k, v, g, beta, o, final]
+        args = KdaArgs(
+            q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), g=g.data_ptr(), beta=beta.data_ptr(), o=o.data_ptr(),
+            final_state=final.data_ptr(), batch=p.num_seqs, seqlen=p.seqlen, heads=p.heads, key_dim=K, value_dim=V,
+            g_dtype=DTYPE_CODES[g.dtype], beta_dtype=DTYPE_CODES[beta.dtype], tuning_warps=tuning.warps,
+            tuning_stages=tuning.stages, scale=K**-0.5 if scale is None else scale, segment_chunks=segment_chunks,
+            qk_heads=p.qk_heads, qk_l2norm=int(fused.qk_l2norm), beta_mode=fused.beta_mode,
+            gate_mode=fused.gate_mode, lower_bound=fused.lower_bound, qkv_fp16=int(q.dtype == torch.float16),
+            state_v_first=int(state_v_first), varlen=int(cu_seqlens is not None),
+        )  # fmt: skip
+        for name, x in (("initial_state", initial_state), ("cu_seqlens", cu_seqlens), ("A_log", A_log),
+                        ("dt_bias", dt_bias), ("state_indices", state_indices)):  # fmt: skip
+            if x is not None:
+                setattr(args, name, x.data_ptr())
+                keep.append(x)
+        if cu_seqlens is not None:
+            args.cu_seqlens_is_int32 = int(cu_seqlens.dtype == torch.int32)
+        need = ctypes.c_uint64()
+        rc = self.lib.kdactl_kda_workspace_bytes(ctypes.byref(args), route_id, ctypes.byref(need))
+        if rc:
+            raise RuntimeError(f"workspace_bytes: {self.lib.kdactl_error_string(rc).decode()}")
+        # NaN bytes: a workspace read before the route writes it shows in the outputs
+        workspace = torch.full((max(need.value, 1),), 0xFF, dtype=torch.uint8)
+        args.workspace, args.workspace_bytes = workspace.data_ptr(), need.value
+        launcher = getattr(self.lib, f"kdactl_kda_{route}")
+        launcher.argtypes = [ctypes.POINTER(KdaArgs), ctypes.c_void_p]
+        rc = launcher(ctypes.byref(args), None)
+        if rc:
+            raise RuntimeError(f"route {route}: {self.lib.kdactl_error_string(rc).decode()} (code {rc})")
+        return o, final

@@ -1,0 +1,147 @@
+// The emulator's csrc/ptx.cuh: the same functions, computed on the CPU (emu.h says how a warp's
+// lanes meet). The tensor-core products take the fragment layouts of the PTX ISA (csrc/device.cuh
+// lists them), read tf32 operands as their top 19 bits as the hardware does, and sum each product
+// exactly in double before one rounding to fp32 (the hardware's sum of a k-step is at least that
+// good to within its accumulator's rounding). ex and rcp are the exact functions with denormals
+// flushed, as ex2.approx.ftz and rcp.approx.ftz do; the hardware's are within 2^-22 of them.
+#pragma once
+#include <stdint.h>
+
+#include <cmath>
+#include <cstring>
+
+namespace kdactl {
+
+// ---- cp.async: copies at once (a missing wait cannot show here; racecheck on the GPU finds it) ----
+inline void check_aligned16(const void* p, const char* what) {
+  if (reinterpret_cast<uintptr_t>(p) % 16) ::emu::trap(what);
+}
+inline void cp_async16(void* smem, const void* gmem) {
+  check_aligned16(smem, "cp.async: shared address not 16-byte aligned");
+  check_aligned16(gmem, "cp.async: global address not 16-byte aligned");
+  memcpy(smem, gmem, 16);
+}
+inline void cp_async16_zfill(void* smem, const void* gmem, int bytes) {
+  check_aligned16(smem, "cp.async: shared address not 16-byte aligned");
+  if (bytes < 0 || bytes > 16) ::emu::trap("cp.async: src-size outside 0..16");
+  if (bytes > 0) {
+    check_aligned16(gmem, "cp.async: global address not 16-byte aligned");
+    memcpy(smem, gmem, bytes);
+  }
+  memset(static_cast<char*>(smem) + bytes, 0, 16 - bytes);
+}
+inline void cp_async_commit() {}
+inline void cp_async_wait_all() {}
+template <int N>
+inline void cp_async_wait() {}
+
+template <int THREADS>
+inline void sync_first() {
+  ::emu::named_barrier(1, THREADS);
+}
+
+// ---- Tensor cores -------------------------------------------------------------------------------
+namespace emu_ptx {
+enum Operand { kTf32 = 0, kBf16 = 1, kF16 = 2 };
+
+inline float tf32(uint32_t bits) { return __uint_as_float(bits & 0xffffe000u); }
+inline float half16(uint32_t bits, int kind) {
+  if (kind == kBf16) return __uint_as_float(bits << 16);
+  __half h;
+  const uint16_t b = static_cast<uint16_t>(bits);
+  memcpy(&h, &b, 2);
+  return __half2float(h);
+}
+
+// lanes[l].in: a0..a3, b0, b1, c0..c3 (as bits). D = A B + C, out: d0..d3.
+inline void mma_op(::emu::LaneIO (&lanes)[32], unsigned, int kind) {
+  const int K = kind == kTf32 ? 8 : 16;
+  float A[16][16], B[16][8], C[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    const uint32_t* in = lanes[l].in;
+    if (kind == kTf32) {
+      A[g][t] = tf32(in[0]), A[g + 8][t] = tf32(in[1]), A[g][t + 4] = tf32(in[2]), A[g + 8][t + 4] = tf32(in[3]);
+      B[t][g] = tf32(in[4]), B[t + 4][g] = tf32(in[5]);
+    } else {
+      const int rows[4] = {g, g + 8, g, g + 8}, cols[4] = {2 * t, 2 * t, 2 * t + 8, 2 * t + 8};
+      for (int r = 0; r < 4; ++r) {
+        A[rows[r]][cols[r]] = half16(in[r] & 0xffffu, kind);
+        A[rows[r]][cols[r] + 1] = half16(in[r] >> 16, kind);
+      }
+      B[2 * t][g] = half16(in[4] & 0xffffu, kind), B[2 * t + 1][g] = half16(in[4] >> 16, kind);
+      B[2 * t + 8][g] = half16(in[5] & 0xffffu, kind), B[2 * t + 9][g] = half16(in[5] >> 16, kind);
+    }
+    C[g][2 * t] = __uint_as_float(in[6]), C[g][2 * t + 1] = __uint_as_float(in[7]);
+    C[g + 8][2 * t] = __uint_as_float(in[8]), C[g + 8][2 * t + 1] = __uint_as_float(in[9]);
+  }
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+    for (int r = 0; r < 4; ++r) {
+      double s = C[rows[r]][cols[r]];
+      for (int k = 0; k < K; ++k) s += static_cast<double>(A[rows[r]][k]) * B[k][cols[r]];
+      const float d = static_cast<float>(s);
+      lanes[l].out[r] = __float_as_uint(d);
+    }
+  }
+}
+
+inline void mma(int kind, float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  ::emu::LaneIO io{};
+  for (int i = 0; i < 4; ++i) io.in[i] = a[i], io.in[6 + i] = __float_as_uint(d[i]);
+  io.in[4] = b0, io.in[5] = b1;
+  ::emu::warp_collective(mma_op, kind, 0xffffffffu, io);
+  for (int i = 0; i < 4; ++i) d[i] = __uint_as_float(io.out[i]);
+}
+
+// lanes[l].ptr: the row address lane l gives (matrix l / 8, row l % 8). out: one 32-bit piece of
+// each of the four matrices, plain (row g, cols 2t, 2t+1) or transposed (rows 2t, 2t+1, col g).
+inline void ldmatrix_op(::emu::LaneIO (&lanes)[32], unsigned, int trans) {
+  for (int l = 0; l < 32; ++l)
+    if (reinterpret_cast<uintptr_t>(lanes[l].ptr) % 16) ::emu::trap("ldmatrix: row address not 16-byte aligned");
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    for (int j = 0; j < 4; ++j) {
+      uint32_t word;
+      if (!trans) {
+        memcpy(&word, static_cast<const char*>(lanes[8 * j + g].ptr) + 4 * t, 4);
+      } else {
+        uint16_t lo, hi;
+        memcpy(&lo, static_cast<const char*>(lanes[8 * j + 2 * t].ptr) + 2 * g, 2);
+        memcpy(&hi, static_cast<const char*>(lanes[8 * j + 2 * t + 1].ptr) + 2 * g, 2);
+        word = lo | static_cast<uint32_t>(hi) << 16;
+      }
+      lanes[l].out[j] = word;
+    }
+  }
+}
+
+inline void ldmatrix(uint32_t (&r)[4], const void* row, int trans) {
+  ::emu::LaneIO io{};
+  io.ptr = row;
+  ::emu::warp_collective(ldmatrix_op, trans, 0xffffffffu, io);
+  for (int i = 0; i < 4; ++i) r[i] = io.out[i];
+}
+
+inline float flush(float x) { return std::fabs(x) < 1.17549435e-38f ? std::copysign(0.f, x) : x; }
+}  // namespace emu_ptx
+
+inline void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  emu_ptx::mma(emu_ptx::kTf32, d, a, b0, b1);
+}
+inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  emu_ptx::mma(emu_ptx::kBf16, d, a, b0, b1);
+}
+inline void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  emu_ptx::mma(emu_ptx::kF16, d, a, b0, b1);
+}
+inline void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) { emu_ptx::ldmatrix(r, smem_row, 0); }
+inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) { emu_ptx::ldmatrix(r, smem_row, 1); }
+
+// ---- MUFU ---------------------------------------------------------------------------------------
+constexpr float kLog2e = 1.4426950408889634f;
+inline float ex(float x) { return emu_ptx::flush(exp2f(emu_ptx::flush(x * kLog2e))); }
+inline float rcp(float x) { return emu_ptx::flush(1.f / emu_ptx::flush(x)); }
+
+}  // namespace kdactl

@@ -1,0 +1,321 @@
+// The emulator's runtime (emu.h says what it models): fibers for a block's threads, barriers, warp
+// collectives, launches, and the few CUDA runtime calls library.cu makes, answered for an emulated
+// H200 (compute capability 9.0, 227 KB of shared memory per block; the SM count is set per library
+// copy through kdactl_emu_configure, since the kernels plan their grids by it).
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "emu.h"
+
+namespace emu {
+namespace {
+
+constexpr size_t kStackBytes = 256 << 10;
+constexpr int kMaxThreads = 1024;
+constexpr int kSmemOptin = 232448;  // H200: 227 KB per block with the attribute
+constexpr int kSmemDefault = 48 << 10;
+
+struct Fiber {
+  ucontext_t ctx;
+  Thread t;
+  bool done = false;
+  char* stack = nullptr;
+};
+
+// Threads wait here until `expected` of them have arrived; the last one releases them.
+struct Barrier {
+  int arrived = 0;
+  std::vector<Fiber*> waiters;
+};
+
+struct Warp {
+  int live = 0;
+  unsigned gen = 0;  // collectives completed: lanes write slot gen % 2, so a lane that runs ahead
+                     // into the next one never overwrites what a slower lane has yet to read
+  int arrived = 0;
+  WarpOp op[2] = {nullptr, nullptr};
+  int arg[2] = {0, 0};
+  unsigned mask[2] = {0, 0};
+  LaneIO slots[2][32];
+  std::vector<Fiber*> waiters;
+};
+
+struct Block {
+  dim3 grid, block;
+  Body* body = nullptr;
+  std::vector<Fiber> fibers;
+  std::vector<Warp> warps;
+  Barrier bars[16];
+  int bar_expected[16] = {};
+  int live = 0;
+  std::vector<unsigned char> smem_store;  // dynamic shared memory, from its first 128-byte line
+  unsigned char* smem = nullptr;
+  size_t smem_bytes = 0;
+  std::deque<Fiber*> ready;
+  Fiber* current = nullptr;
+  ucontext_t scheduler;
+  std::string failure;
+};
+
+Block* g_block = nullptr;
+cudaError_t g_last_error = cudaSuccess;
+int g_sms = 132;
+std::vector<std::pair<const void*, int>> g_smem_attr;
+std::vector<char*> g_stacks;
+
+void run_fiber() {
+  Block& b = *g_block;
+  b.body->run();
+  Fiber* f = b.current;
+  f->done = true;
+  --b.live;
+  Warp& w = b.warps[f->t.warp];
+  --w.live;
+  // A thread that exits is expected at no barrier: complete those it was the last one missing from.
+  if (b.bars[0].arrived > 0 && b.bars[0].arrived >= b.live) {
+    b.bars[0].arrived = 0;
+    for (Fiber* x : b.bars[0].waiters) b.ready.push_back(x);
+    b.bars[0].waiters.clear();
+  }
+  if (w.arrived > 0 && w.arrived >= w.live) {
+    const unsigned slot = w.gen % 2;
+    w.op[slot](w.slots[slot], w.mask[slot], w.arg[slot]);
+    w.arrived = 0, ++w.gen;
+    for (Fiber* x : w.waiters) b.ready.push_back(x);
+    w.waiters.clear();
+  }
+  swapcontext(&f->ctx, &b.scheduler);
+}
+
+// The running thread waits: back to the scheduler until a barrier puts it on the ready list.
+void block_here(std::vector<Fiber*>& waiters) {
+  Block& b = *g_block;
+  Fiber* f = b.current;
+  waiters.push_back(f);
+  swapcontext(&f->ctx, &b.scheduler);
+}
+
+void arrive(int id, int expected) {
+  Block& b = *g_block;
+  Barrier& bar = b.bars[id];
+  if (bar.arrived > 0 && b.bar_expected[id] != expected) trap("threads name one barrier with two thread counts");
+  b.bar_expected[id] = expected;
+  if (++bar.arrived >= expected) {
+    bar.arrived = 0;
+    for (Fiber* x : bar.waiters) b.ready.push_back(x);
+    bar.waiters.clear();
+    return;
+  }
+  block_here(bar.waiters);
+}
+
+char* stack_of(int i) {
+  while (static_cast<int>(g_stacks.size()) <= i) {
+    void* p = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      fprintf(stderr, "emu: cannot map a fiber stack\n");
+      abort();
+    }
+    g_stacks.push_back(static_cast<char*>(p));
+  }
+  return g_stacks[i];
+}
+
+// Runs one block to its end: a failure (a trap, a deadlock) leaves its message in b.failure.
+void run_block(Block& b, uint3 block_idx) {
+  const int n = static_cast<int>(b.block.x * b.block.y * b.block.z);
+  b.fibers.assign(n, Fiber{});
+  b.warps.assign((n + 31) / 32, Warp{});
+  for (Barrier& bar : b.bars) bar = Barrier{};
+  b.live = n;
+  b.ready.clear();
+  b.failure.clear();
+  if (b.smem_bytes) memset(b.smem, 0xff, b.smem_bytes);
+  for (int i = 0; i < n; ++i) {
+    Fiber& f = b.fibers[i];
+    f.t.thread_idx = {i % b.block.x, (i / b.block.x) % b.block.y, i / (b.block.x * b.block.y)};
+    f.t.block_idx = block_idx;
+    f.t.linear = i, f.t.warp = i / 32, f.t.lane = i % 32;
+    ++b.warps[i / 32].live;
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = stack_of(i);
+    f.ctx.uc_stack.ss_size = kStackBytes;
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, run_fiber, 0);
+    b.ready.push_back(&f);
+  }
+  while (b.failure.empty() && !b.ready.empty()) {
+    b.current = b.ready.front();
+    b.ready.pop_front();
+    swapcontext(&b.scheduler, &b.current->ctx);
+  }
+  if (b.failure.empty() && b.live > 0) {
+    int at_bar = 0, at_warp = 0;
+    for (const Barrier& bar : b.bars) at_bar += static_cast<int>(bar.waiters.size());
+    for (const Warp& w : b.warps) at_warp += static_cast<int>(w.waiters.size());
+    b.failure = "deadlock: " + std::to_string(b.live) + " threads never finish (" + std::to_string(at_bar) +
+                " wait at a block barrier, " + std::to_string(at_warp) + " at a warp collective)";
+  }
+}
+
+}  // namespace
+
+const Thread& self() { return g_block->current->t; }
+dim3 block_dim() { return g_block->block; }
+dim3 grid_dim() { return g_block->grid; }
+void* dynamic_smem() { return g_block->smem; }
+
+void trap(const char* why) {
+  Block& b = *g_block;
+  const Thread& t = b.current->t;
+  b.failure = std::string(why) + " in thread (" + std::to_string(t.thread_idx.x) + "," + std::to_string(t.thread_idx.y) +
+              "," + std::to_string(t.thread_idx.z) + ") of block (" + std::to_string(t.block_idx.x) + "," +
+              std::to_string(t.block_idx.y) + "," + std::to_string(t.block_idx.z) + ")";
+  swapcontext(&b.current->ctx, &b.scheduler);
+  abort();  // the scheduler never resumes a trapped thread
+}
+
+void syncthreads() { arrive(0, g_block->live); }
+
+void named_barrier(int id, int threads) {
+  if (id <= 0 || id >= 16 || threads % 32) trap("bar.sync: barrier id 1..15 and a multiple of 32 threads");
+  arrive(id, threads);
+}
+
+void warp_collective(WarpOp op, int arg, unsigned mask, LaneIO& mine) {
+  Block& b = *g_block;
+  Fiber* f = b.current;
+  Warp& w = b.warps[f->t.warp];
+  if (mask != 0xffffffffu) trap("a warp collective over part of a warp (the kernels use full masks)");
+  const unsigned slot = w.gen % 2;
+  if (w.arrived == 0) {
+    w.op[slot] = op, w.arg[slot] = arg, w.mask[slot] = mask;
+  } else if (w.op[slot] != op || w.arg[slot] != arg) {
+    trap("lanes of one warp meet at different collectives");
+  }
+  w.slots[slot][f->t.lane] = mine;
+  if (++w.arrived >= w.live) {
+    op(w.slots[slot], mask, arg);
+    w.arrived = 0, ++w.gen;
+    for (Fiber* x : w.waiters) b.ready.push_back(x);
+    w.waiters.clear();
+  } else {
+    block_here(w.waiters);
+  }
+  memcpy(mine.out, w.slots[slot][f->t.lane].out, sizeof(mine.out));
+}
+
+void shfl_op(LaneIO (&lanes)[32], unsigned, int arg) {
+  const int src = arg & 0xff, width = arg >> 8;
+  for (int l = 0; l < 32; ++l) {
+    const int from = (l / width) * width + src % width;
+    memcpy(lanes[l].out, lanes[from].in, 8);
+  }
+}
+
+void shfl_xor_op(LaneIO (&lanes)[32], unsigned, int arg) {
+  const int m = arg & 0xff, width = arg >> 8;
+  for (int l = 0; l < 32; ++l) {
+    const int from = l ^ m;
+    memcpy(lanes[l].out, lanes[(from / width == l / width) ? from : l].in, 8);
+  }
+}
+
+void vote_op(LaneIO (&lanes)[32], unsigned mask, int) {
+  unsigned bits = 0;
+  for (int l = 0; l < 32; ++l)
+    if ((mask >> l & 1) && lanes[l].in[0]) bits |= 1u << l;
+  for (int l = 0; l < 32; ++l) lanes[l].out[0] = bits;
+}
+
+void nop_op(LaneIO (&)[32], unsigned, int) {}
+
+void launch_grid(const void* kernel, dim3 grid, dim3 block, size_t smem, Body& body) {
+  const uint64_t threads = static_cast<uint64_t>(block.x) * block.y * block.z;
+  int allowed = kSmemDefault;
+  for (const auto& [func, bytes] : g_smem_attr)
+    if (func == kernel) allowed = bytes;
+  cudaError_t err = cudaSuccess;
+  if (threads == 0 || threads > kMaxThreads || block.z > 64) err = cudaErrorInvalidConfiguration;
+  else if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535) err = cudaErrorInvalidConfiguration;
+  else if (smem > static_cast<size_t>(allowed)) err = cudaErrorInvalidValue;
+  if (err != cudaSuccess) {
+    g_last_error = err;
+    return;
+  }
+  Block b;
+  b.grid = grid, b.block = block, b.body = &body;
+  b.smem_store.assign(smem + 128, 0);
+  b.smem = b.smem_store.data() + (128 - reinterpret_cast<uintptr_t>(b.smem_store.data()) % 128);
+  b.smem_bytes = smem;
+  Block* outer = g_block;
+  g_block = &b;
+  for (unsigned z = 0; z < grid.z && b.failure.empty(); ++z)
+    for (unsigned y = 0; y < grid.y && b.failure.empty(); ++y)
+      for (unsigned x = 0; x < grid.x && b.failure.empty(); ++x) run_block(b, {x, y, z});
+  g_block = outer;
+  if (!b.failure.empty()) {
+    fprintf(stderr, "emu: kernel failed: %s\n", b.failure.c_str());
+    g_last_error = cudaErrorLaunchFailure;
+  }
+}
+
+}  // namespace emu
+
+extern "C" void kdactl_emu_configure(int sms) { emu::g_sms = sms; }
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t e = emu::g_last_error;
+  emu::g_last_error = cudaSuccess;
+  return e;
+}
+
+const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    default: return "emulated CUDA error";
+  }
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
+  switch (attr) {
+    case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
+    case cudaDevAttrMultiProcessorCount: *value = emu::g_sms; return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = emu::kSmemOptin; return cudaSuccess;
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > emu::kSmemOptin)
+    return cudaErrorInvalidValue;
+  for (auto& [f, bytes] : emu::g_smem_attr)
+    if (f == func) {
+      bytes = value;
+      return cudaSuccess;
+    }
+  emu::g_smem_attr.emplace_back(func, value);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamGetCaptureInfo(cudaStream_t, cudaStreamCaptureStatus* status, unsigned long long* id,
+                                     cudaGraph_t*, const cudaGraphNode_t**, const cudaGraphEdgeData**, size_t*) {
+  *status = cudaStreamCaptureStatusNone;
+  if (id) *id = 0;
+  return cudaSuccess;
+}
