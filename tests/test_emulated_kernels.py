@@ -159,6 +159,27 @@ def test_varlen_lower_bound_configuration(kernels):
     assert max(err) < ERROR_LIMIT
 
 
+@pytest.mark.parametrize("sms", [4, FEW_SMS])
+def test_small_bh_varlen_units(kernels, sms):
+    """small_bh on a varlen batch: long sequences cut into units, short and empty ones whole."""
+    lengths = [300, 17, 600, 0, 83]
+    x, s0, cu = random_inputs(1, 0, 2, lengths=lengths, with_state=True, g_range=(-0.02, 0.0))
+    assert max(errors(kernels, "small_bh", x, sms=sms, initial_state=s0, cu_seqlens=cu)) < ERROR_LIMIT
+
+
+def test_small_bh_varlen_lower_bound_configuration(kernels):
+    lengths = [300, 17, 600, 83]
+    x, A_log, dt_bias = raw_inputs(0, 2, "flashkda", lengths=lengths)
+    err = errors(kernels, "small_bh", x, sms=FEW_SMS, fused=LOWER_BOUND, A_log=A_log, dt_bias=dt_bias,
+                 cu_seqlens=cu_seqlens_of(lengths), state_v_first=True)  # fmt: skip
+    assert max(err) < ERROR_LIMIT
+
+
+def test_small_bh_fp16_softplus(kernels):
+    x, A_log, dt_bias = raw_inputs(1000, 2, "test", fp16=True)
+    assert max(errors(kernels, "small_bh", x, sms=FEW_SMS, fused=SOFTPLUS, A_log=A_log, dt_bias=dt_bias)) < ERROR_LIMIT
+
+
 SHUFFLED = 7  # a schedule: the threads released together run in an order shuffled from seed 7
 
 
