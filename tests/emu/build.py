@@ -17,7 +17,8 @@ from pathlib import Path
 
 EMU_DIR = Path(__file__).resolve().parent
 TARGET_DEFINE = "-DKDACTL_TARGET_SM90A"  # the emulated device is an H200
-FLAGS = ["-std=c++17", "-O2", "-fPIC", "-Wno-attributes", TARGET_DEFINE]
+# -fno-strict-aliasing: the kernels reinterpret words as element pairs (CUDA code does; nvcc allows it)
+FLAGS = ["-std=c++17", "-O2", "-fno-strict-aliasing", "-fPIC", "-Wno-attributes", TARGET_DEFINE]
 
 # `kernel<T><<<grid, block, smem, stream>>>(` -> `::emu::launch(kernel<T>, grid, block, smem, stream)(`
 _LAUNCH = re.compile(r"(\b[\w:]+(?:<[^;{}<>]*>)?)\s*<<<(.*?)>>>\s*\(", re.S)

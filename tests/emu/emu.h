@@ -60,7 +60,8 @@ T shuffle(WarpOp op, unsigned mask, T var, int arg) {
   static_assert(sizeof(T) <= 8, "a shuffle moves at most 8 bytes");
   LaneIO io{};
   memcpy(io.in, &var, sizeof(T));
-  warp_collective(op, arg, mask, io);
+  io.in[2] = static_cast<uint32_t>(arg);  // per lane: a lane may read any other lane
+  warp_collective(op, 0, mask, io);
   T r;
   memcpy(&r, io.out, sizeof(T));
   return r;

@@ -1,7 +1,8 @@
 """Calls the emulated kernel library (tests/emu/build.py) on CPU tensors, through the same C ABI and
 the same route plans as kdactl.kda.launch: a KdaArgs filled from the tensors, the route's workspace,
 the route's launcher. One library copy per emulated SM count, since the library reads the device's
-facts once per process and the plans of small_bh and the recurrence's width depend on them."""
+facts once per process and the plans of small_bh and the recurrence's width depend on them, and one
+per schedule (the order in which threads run between barriers: SCHEDULES)."""
 
 from __future__ import annotations
 
@@ -17,18 +18,22 @@ from kdactl.kda.routes import ROUTE_TABLE, DeviceInfo
 from kdactl.kda.tuning import AUTO, Tuning
 from kdactl.kernel_abi import ROUTE_IDS, KdaArgs
 
+# Orders of threads between barriers (tests/emu/runtime.cpp): by index, reversed, or shuffled from a
+# seed >= 2. A kernel free of races computes the same bits under each.
+FORWARD, REVERSE = 0, 1
+
 
 class EmulatedKernels:
-    """The emulated library of one SM count."""
+    """The emulated library of one SM count and schedule."""
 
-    def __init__(self, library: Path, sms: int = 132):
-        copy = library.with_name(f"{library.stem}-sms{sms}.so")
+    def __init__(self, library: Path, sms: int = 132, schedule: int = FORWARD):
+        copy = library.with_name(f"{library.stem}-sms{sms}-schedule{schedule}.so")
         if not copy.exists():
             tmp = copy.with_suffix(".tmp")
             shutil.copy(library, tmp)
             tmp.rename(copy)
         self.lib = ctypes.CDLL(str(copy))
-        self.lib.kdactl_emu_configure(ctypes.c_int(sms))
+        self.lib.kdactl_emu_configure(ctypes.c_int(sms), ctypes.c_int(schedule))
         self.lib.kdactl_kda_workspace_bytes.argtypes = [ctypes.POINTER(KdaArgs), ctypes.c_int,
                                                         ctypes.POINTER(ctypes.c_uint64)]  # fmt: skip
         self.lib.kdactl_error_string.restype = ctypes.c_char_p

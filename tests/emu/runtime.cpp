@@ -1,13 +1,18 @@
 // The emulator's runtime (emu.h says what it models): fibers for a block's threads, barriers, warp
 // collectives, launches, and the few CUDA runtime calls library.cu makes, answered for an emulated
 // H200 (compute capability 9.0, 227 KB of shared memory per block; the SM count is set per library
-// copy through kdactl_emu_configure, since the kernels plan their grids by it).
+// copy through kdactl_emu_configure, since the kernels plan their grids by it, with the order in
+// which threads run between barriers).
+#include <cxxabi.h>
+#include <dlfcn.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <deque>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -61,13 +66,22 @@ struct Block {
   Fiber* current = nullptr;
   ucontext_t scheduler;
   std::string failure;
+  std::string name;  // the kernel, for messages
 };
 
 Block* g_block = nullptr;
 cudaError_t g_last_error = cudaSuccess;
 int g_sms = 132;
+// The order in which threads released together run on (kdactl_emu_configure): 0 by thread index,
+// 1 reversed, n >= 2 shuffled from seed n. A kernel whose threads synchronize as CUDA requires
+// computes the same bits in every order; one that reads what another thread may not have written
+// yet (or may already have overwritten) depends on it.
+int g_schedule = 0;
+std::mt19937 g_shuffle;
 std::vector<std::pair<const void*, int>> g_smem_attr;
 std::vector<char*> g_stacks;
+
+void release(std::vector<Fiber*>& waiters, bool self_too);
 
 void run_fiber() {
   Block& b = *g_block;
@@ -80,15 +94,13 @@ void run_fiber() {
   // A thread that exits is expected at no barrier: complete those it was the last one missing from.
   if (b.bars[0].arrived > 0 && b.bars[0].arrived >= b.live) {
     b.bars[0].arrived = 0;
-    for (Fiber* x : b.bars[0].waiters) b.ready.push_back(x);
-    b.bars[0].waiters.clear();
+    release(b.bars[0].waiters, false);
   }
   if (w.arrived > 0 && w.arrived >= w.live) {
     const unsigned slot = w.gen % 2;
     w.op[slot](w.slots[slot], w.mask[slot], w.arg[slot]);
     w.arrived = 0, ++w.gen;
-    for (Fiber* x : w.waiters) b.ready.push_back(x);
-    w.waiters.clear();
+    release(w.waiters, false);
   }
   swapcontext(&f->ctx, &b.scheduler);
 }
@@ -101,6 +113,23 @@ void block_here(std::vector<Fiber*>& waiters) {
   swapcontext(&f->ctx, &b.scheduler);
 }
 
+// Puts the threads waiting at a completed barrier (and, with `self_too`, the running one, which then
+// yields) on the ready list, in the schedule's order.
+void release(std::vector<Fiber*>& waiters, bool self_too) {
+  Block& b = *g_block;
+  if (self_too) waiters.push_back(b.current);
+  if (g_schedule >= 2) {
+    std::shuffle(waiters.begin(), waiters.end(), g_shuffle);
+  } else {
+    std::sort(waiters.begin(), waiters.end(), [](const Fiber* x, const Fiber* y) {
+      return g_schedule == 1 ? x->t.linear > y->t.linear : x->t.linear < y->t.linear;
+    });
+  }
+  for (Fiber* x : waiters) b.ready.push_back(x);
+  waiters.clear();
+  if (self_too) swapcontext(&b.current->ctx, &b.scheduler);
+}
+
 void arrive(int id, int expected) {
   Block& b = *g_block;
   Barrier& bar = b.bars[id];
@@ -108,8 +137,7 @@ void arrive(int id, int expected) {
   b.bar_expected[id] = expected;
   if (++bar.arrived >= expected) {
     bar.arrived = 0;
-    for (Fiber* x : bar.waiters) b.ready.push_back(x);
-    bar.waiters.clear();
+    release(bar.waiters, true);
     return;
   }
   block_here(bar.waiters);
@@ -148,8 +176,10 @@ void run_block(Block& b, uint3 block_idx) {
     f.ctx.uc_stack.ss_size = kStackBytes;
     f.ctx.uc_link = nullptr;
     makecontext(&f.ctx, run_fiber, 0);
-    b.ready.push_back(&f);
   }
+  std::vector<Fiber*> all;
+  for (Fiber& f : b.fibers) all.push_back(&f);
+  release(all, false);
   while (b.failure.empty() && !b.ready.empty()) {
     b.current = b.ready.front();
     b.ready.pop_front();
@@ -159,9 +189,25 @@ void run_block(Block& b, uint3 block_idx) {
     int at_bar = 0, at_warp = 0;
     for (const Barrier& bar : b.bars) at_bar += static_cast<int>(bar.waiters.size());
     for (const Warp& w : b.warps) at_warp += static_cast<int>(w.waiters.size());
-    b.failure = "deadlock: " + std::to_string(b.live) + " threads never finish (" + std::to_string(at_bar) +
+    b.failure = "deadlock in kernel " + b.name + ", block (" + std::to_string(block_idx.x) + "," +
+                std::to_string(block_idx.y) + "," + std::to_string(block_idx.z) + "): " + std::to_string(b.live) + " threads never finish (" + std::to_string(at_bar) +
                 " wait at a block barrier, " + std::to_string(at_warp) + " at a warp collective)";
   }
+}
+
+// The kernel's name, demangled, for a message (its address where the symbol table has no name).
+std::string name_of(const void* kernel) {
+  Dl_info info{};
+  if (dladdr(kernel, &info) && info.dli_sname) {
+    int status = 0;
+    char* plain = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
+    std::string name = status == 0 && plain ? plain : info.dli_sname;
+    free(plain);
+    return name;
+  }
+  char buf[32];
+  snprintf(buf, sizeof buf, "%p", kernel);
+  return buf;
 }
 
 }  // namespace
@@ -174,7 +220,7 @@ void* dynamic_smem() { return g_block->smem; }
 void trap(const char* why) {
   Block& b = *g_block;
   const Thread& t = b.current->t;
-  b.failure = std::string(why) + " in thread (" + std::to_string(t.thread_idx.x) + "," + std::to_string(t.thread_idx.y) +
+  b.failure = std::string(why) + " in kernel " + b.name + ", thread (" + std::to_string(t.thread_idx.x) + "," + std::to_string(t.thread_idx.y) +
               "," + std::to_string(t.thread_idx.z) + ") of block (" + std::to_string(t.block_idx.x) + "," +
               std::to_string(t.block_idx.y) + "," + std::to_string(t.block_idx.z) + ")";
   swapcontext(&b.current->ctx, &b.scheduler);
@@ -203,26 +249,25 @@ void warp_collective(WarpOp op, int arg, unsigned mask, LaneIO& mine) {
   if (++w.arrived >= w.live) {
     op(w.slots[slot], mask, arg);
     w.arrived = 0, ++w.gen;
-    for (Fiber* x : w.waiters) b.ready.push_back(x);
-    w.waiters.clear();
+    release(w.waiters, true);
   } else {
     block_here(w.waiters);
   }
   memcpy(mine.out, w.slots[slot][f->t.lane].out, sizeof(mine.out));
 }
 
-void shfl_op(LaneIO (&lanes)[32], unsigned, int arg) {
-  const int src = arg & 0xff, width = arg >> 8;
+// in[2] of each lane: its source lane (or xor mask) | width << 8. A lane reads a lane of its own
+// width-wide segment; one outside it (or, for shfl_xor, past the segment) reads its own value.
+void shfl_op(LaneIO (&lanes)[32], unsigned, int) {
   for (int l = 0; l < 32; ++l) {
-    const int from = (l / width) * width + src % width;
-    memcpy(lanes[l].out, lanes[from].in, 8);
+    const int src = lanes[l].in[2] & 0xff, width = lanes[l].in[2] >> 8;
+    memcpy(lanes[l].out, lanes[(l / width) * width + src % width].in, 8);
   }
 }
 
-void shfl_xor_op(LaneIO (&lanes)[32], unsigned, int arg) {
-  const int m = arg & 0xff, width = arg >> 8;
+void shfl_xor_op(LaneIO (&lanes)[32], unsigned, int) {
   for (int l = 0; l < 32; ++l) {
-    const int from = l ^ m;
+    const int from = l ^ (lanes[l].in[2] & 0xff), width = lanes[l].in[2] >> 8;
     memcpy(lanes[l].out, lanes[(from / width == l / width) ? from : l].in, 8);
   }
 }
@@ -250,7 +295,7 @@ void launch_grid(const void* kernel, dim3 grid, dim3 block, size_t smem, Body& b
     return;
   }
   Block b;
-  b.grid = grid, b.block = block, b.body = &body;
+  b.grid = grid, b.block = block, b.body = &body, b.name = name_of(kernel);
   b.smem_store.assign(smem + 128, 0);
   b.smem = b.smem_store.data() + (128 - reinterpret_cast<uintptr_t>(b.smem_store.data()) % 128);
   b.smem_bytes = smem;
@@ -268,7 +313,11 @@ void launch_grid(const void* kernel, dim3 grid, dim3 block, size_t smem, Body& b
 
 }  // namespace emu
 
-extern "C" void kdactl_emu_configure(int sms) { emu::g_sms = sms; }
+extern "C" void kdactl_emu_configure(int sms, int schedule) {
+  emu::g_sms = sms;
+  emu::g_schedule = schedule;
+  emu::g_shuffle.seed(static_cast<unsigned>(schedule));
+}
 
 cudaError_t cudaGetLastError() {
   const cudaError_t e = emu::g_last_error;

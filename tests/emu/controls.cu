@@ -1,0 +1,80 @@
+// Planted faults and one product for the emulator's own tests (tests/test_emulator.py): each entry
+// launches one small kernel and returns the launch's status, so that a test can see that the
+// emulator reports what the GPU would (a deadlock, a misaligned cp.async, a __trap, lanes of a warp
+// at different collectives) and that its ldmatrix and mma agree with a plain matrix product.
+#include "device.cuh"
+
+namespace {
+
+// Thread 0 waits at a barrier the others never reach (they wait at a second one).
+__global__ void deadlock_kernel() {
+  if (threadIdx.x == 0) {
+    __syncthreads();
+  } else {
+    kdactl::sync_first<64>();
+  }
+}
+
+__global__ void misaligned_cp_async_kernel(const float* src) {
+  __shared__ __align__(16) float dst[8];
+  kdactl::cp_async16(dst, src + 1);  // 4 bytes past a 16-byte boundary
+  kdactl::cp_async_wait_all();
+}
+
+__global__ void trap_kernel() {
+  if (threadIdx.x == 5) __trap();
+}
+
+__global__ void divergent_kernel(float* out) {
+  float x = threadIdx.x;
+  if (threadIdx.x % 2) x = __shfl_xor_sync(0xffffffffu, x, 1);
+  else x = __shfl_sync(0xffffffffu, x, 0);
+  out[threadIdx.x] = x;
+}
+
+// D[16][8] = A[16][16] B[16][8] on bf16 operands staged in shared memory, A by ldmatrix, B by
+// ldmatrix.trans (B stored [k][n]), as the kernels read theirs.
+__global__ void mma_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, float* d) {
+  __shared__ __align__(16) __nv_bfloat16 sa[16][16], sb[16][8];
+  const int lane = threadIdx.x;
+  for (int i = lane; i < 256; i += 32) sa[i / 16][i % 16] = a[i];
+  for (int i = lane; i < 128; i += 32) sb[i / 8][i % 8] = b[i];
+  __syncwarp();
+  uint32_t fa[4], fb[4];
+  // matrices 0..3 of A: rows 0-7 cols 0-7, rows 8-15 cols 0-7, rows 0-7 cols 8-15, rows 8-15 cols 8-15
+  kdactl::ldmatrix_x4(fa, &sa[(lane % 8) + 8 * ((lane / 8) % 2)][8 * (lane / 16)]);
+  // B^T by transposing loads of B's two 8x8 halves (k 0-7, k 8-15); matrices 2, 3 repeat them
+  kdactl::ldmatrix_x4_trans(fb, &sb[(lane % 8) + 8 * ((lane / 8) % 2)][0]);
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  kdactl::mma_bf16(acc, fa, fb[0], fb[1]);
+  const int g = lane / 4, t = lane % 4;
+  d[g * 8 + 2 * t] = acc[0], d[g * 8 + 2 * t + 1] = acc[1];
+  d[(g + 8) * 8 + 2 * t] = acc[2], d[(g + 8) * 8 + 2 * t + 1] = acc[3];
+}
+
+}  // namespace
+
+extern "C" int emu_control_deadlock() {
+  deadlock_kernel<<<1, 64>>>();
+  return (int)cudaGetLastError();
+}
+extern "C" int emu_control_misaligned_cp_async(const float* src) {
+  misaligned_cp_async_kernel<<<1, 32>>>(src);
+  return (int)cudaGetLastError();
+}
+extern "C" int emu_control_trap() {
+  trap_kernel<<<2, 32>>>();
+  return (int)cudaGetLastError();
+}
+extern "C" int emu_control_divergent(float* out) {
+  divergent_kernel<<<1, 32>>>(out);
+  return (int)cudaGetLastError();
+}
+extern "C" int emu_control_too_much_smem() {
+  trap_kernel<<<1, 32, 64 << 10>>>();  // 64 KB of dynamic shared memory, no attribute set
+  return (int)cudaGetLastError();
+}
+extern "C" int emu_control_mma(const void* a, const void* b, float* d) {
+  mma_kernel<<<1, 32>>>(static_cast<const __nv_bfloat16*>(a), static_cast<const __nv_bfloat16*>(b), d);
+  return (int)cudaGetLastError();
+}

@@ -1,0 +1,221 @@
+"""csrc's kernels run on the CPU by the emulator (tests/emu), against the fp64 reference: every route,
+the fused transforms (both gates, l2norm, beta's sigmoid, V-first states), fp16, K = 64, grouped
+q/k heads, varlen tails of 1-15 tokens, state pools, and small_bh cut into several segments (an
+emulated SM count makes its plan cut short sequences). The same limit as the GPU tests (SPEC 5e-3).
+
+The GPU remains the judge of speed and of what only hardware shows (timing, the real tensor cores'
+summation order, races between warps without a barrier); these tests catch a kernel that computes
+the wrong thing before a GPU visit does, and (run with the threads between barriers in other orders)
+a kernel whose result depends on that order: a race. Two planted faults check that they can: a
+wrong operand layout and a missing __syncwarp each fail them."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from kdactl.bench.candidates import gate_params
+from kdactl.kda.fused import Fused
+from kdactl.kda.inputs import cu_seqlens_of, random_inputs
+from kdactl.kda.problem import KdaProblem
+from kdactl.kda.routes import DeviceInfo, small_bh_plan
+from kdactl.kernel_abi import BETA_SIGMOID, GATE_LOWER_BOUND, GATE_SOFTPLUS
+from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent
+from tests.emu.build import build, cuda_includes
+from tests.emu.kernels import FORWARD, REVERSE, EmulatedKernels
+
+LOWER_BOUND = Fused(qk_l2norm=True, beta_mode=BETA_SIGMOID, gate_mode=GATE_LOWER_BOUND, lower_bound=-5.0)
+SOFTPLUS = Fused(qk_l2norm=True, beta_mode=BETA_SIGMOID, gate_mode=GATE_SOFTPLUS)
+FEW_SMS = 16  # small_bh cuts a 1000-token sequence of 2 heads into several segments
+
+
+@pytest.fixture(scope="module")
+def includes(nvcc_toolkit):
+    return cuda_includes(nvcc_toolkit.nvcc)
+
+
+@pytest.fixture(scope="module")
+def library(includes, tmp_path_factory):
+    from kdactl.assets import csrc_dir
+
+    return build(csrc_dir(), includes, tmp_path_factory.mktemp("emu"))
+
+
+@pytest.fixture(scope="module")
+def kernels(library):
+    """EmulatedKernels by SM count and schedule, one library copy each."""
+    made: dict[tuple[int, int], EmulatedKernels] = {}
+
+    def of(sms: int = 132, schedule: int = FORWARD) -> EmulatedKernels:
+        if (sms, schedule) not in made:
+            made[sms, schedule] = EmulatedKernels(library, sms, schedule)
+        return made[sms, schedule]
+
+    return of
+
+
+def raw_inputs(T, H, draw, *, K=128, lengths=None, fp16=False, seed=0):
+    """Raw projections as an engine passes them with fused transforms, gate parameters of ``draw``."""
+    B = 1
+    if lengths is not None:
+        T = sum(lengths)
+    gen = torch.Generator().manual_seed(seed)
+    dtype = torch.float16 if fp16 else torch.bfloat16
+
+    def randn(*size):
+        return torch.randn(*size, generator=gen)
+
+    x = dict(q=randn(B, T, H, K).to(dtype), k=randn(B, T, H, K).to(dtype), v=randn(B, T, H, K).to(dtype),
+             g=randn(B, T, H, K).to(torch.bfloat16), beta=randn(B, T, H).to(torch.bfloat16))  # fmt: skip
+    A_log, dt_bias = gate_params(draw, H, K, gen, "cpu")
+    return x, A_log, dt_bias
+
+
+def errors(kernels, route, x, *, sms=132, fused=None, A_log=None, dt_bias=None, initial_state=None,
+           cu_seqlens=None, state_v_first=False, state_indices=None):  # fmt: skip
+    """(o, final state) error ratios of one emulated call against fp64 kda_recurrent."""
+    q, k, v, g, beta = (x[n] for n in ("q", "k", "v", "g", "beta"))
+    q, k, g, beta = fused_inputs(q, k, v, g, beta, fused or Fused(), A_log, dt_bias)  # grouped q/k heads repeated
+    ref_init = initial_state
+    if initial_state is not None and state_indices is not None:
+        ref_init = initial_state[state_indices.long()]
+    if ref_init is not None and state_v_first:
+        ref_init = ref_init.transpose(-1, -2)
+    ref_o, ref_s = kda_recurrent(q, k, v, g, beta, initial_state=ref_init, cu_seqlens=cu_seqlens)
+    if state_v_first:
+        ref_s = ref_s.transpose(-1, -2)
+    o, s = kernels(sms).run(route, x["q"], x["k"], x["v"], x["g"], x["beta"], fused=fused or Fused(), A_log=A_log,
+                            dt_bias=dt_bias, initial_state=None if initial_state is None else initial_state.clone(),
+                            cu_seqlens=cu_seqlens, state_v_first=state_v_first, state_indices=state_indices)  # fmt: skip
+    if state_indices is not None:
+        s = s[state_indices.long()]
+    return error_ratio(ref_o, o), error_ratio(ref_s, s)
+
+
+def segments(T, H, sms, K=128):
+    return small_bh_plan(KdaProblem(1, T, H, K, K, 1, False, 0, 0), DeviceInfo(sms, (9, 0), "sm_90a")).segments
+
+
+@pytest.mark.parametrize(("route", "T"), [("direct", 72), ("chunk", 1000), ("small_bh", 1000)])
+def test_plain_routes_match_the_reference(kernels, route, T):
+    x, s0, _ = random_inputs(1, T, 2, with_state=True, g_range=(-0.02, 0.0))  # weak decay: the history matters
+    assert max(errors(kernels, route, x, sms=FEW_SMS, initial_state=s0)) < ERROR_LIMIT
+
+
+def test_small_bh_stitches_several_segments(kernels):
+    assert segments(1000, 2, FEW_SMS) >= 3
+    x, s0, _ = random_inputs(1, 1000, 2, K=64, V=64, with_state=True, g_range=(-0.02, 0.0))
+    assert max(errors(kernels, "small_bh", x, sms=FEW_SMS, initial_state=s0)) < ERROR_LIMIT
+
+
+@pytest.mark.parametrize("route", ["chunk", "small_bh"])
+@pytest.mark.parametrize("draw", ["init", "flashkda"])
+def test_lower_bound_configuration(kernels, route, draw):
+    """Kimi-K3's call: l2norm, beta sigmoid, the lower-bound gate from raw logits, V-first state."""
+    x, A_log, dt_bias = raw_inputs(1000, 2, draw)
+    err = errors(kernels, route, x, sms=FEW_SMS, fused=LOWER_BOUND, A_log=A_log, dt_bias=dt_bias, state_v_first=True)
+    assert max(err) < ERROR_LIMIT
+
+
+@pytest.mark.parametrize("fp16", [False, True])
+def test_softplus_configuration_with_fla_draw(kernels, fp16):
+    """Kimi-Linear's call with fla's test draw of the gate parameters: steep chunks."""
+    x, A_log, dt_bias = raw_inputs(1000, 2, "test", fp16=fp16)
+    assert max(errors(kernels, "chunk", x, fused=SOFTPLUS, A_log=A_log, dt_bias=dt_bias)) < ERROR_LIMIT
+
+
+def test_grouped_qk_heads(kernels):
+    x, s0, _ = random_inputs(1, 300, 4, with_state=True)
+    x.update(q=x["q"][:, :, :2].contiguous(), k=x["k"][:, :, :2].contiguous())  # 2 q/k heads for 4 value heads
+    assert max(errors(kernels, "chunk", x, initial_state=s0)) < ERROR_LIMIT
+
+
+def test_varlen_tails(kernels):
+    lengths = [33, 1, 64, 15, 0, 200]
+    x, s0, cu = random_inputs(1, 0, 2, lengths=lengths, with_state=True)
+    assert max(errors(kernels, "chunk", x, initial_state=s0, cu_seqlens=cu)) < ERROR_LIMIT
+
+
+@pytest.mark.parametrize("route", ["chunk", "small_bh"])
+def test_state_pool(kernels, route):
+    x, _, _ = random_inputs(2, 500, 2, g_range=(-0.02, 0.0))
+    pool = torch.randn(6, 2, 128, 128, generator=torch.Generator().manual_seed(3)) * 0.5
+    slots = torch.tensor([4, 1], dtype=torch.int32)
+    assert max(errors(kernels, route, x, sms=FEW_SMS, initial_state=pool, state_indices=slots)) < ERROR_LIMIT
+    untouched = pool[[0, 2, 3, 5]]
+    o, after = kernels(FEW_SMS).run(route, x["q"], x["k"], x["v"], x["g"], x["beta"], initial_state=pool.clone(),
+                                    state_indices=slots)  # fmt: skip
+    assert torch.equal(after[[0, 2, 3, 5]], untouched)  # slots no sequence names are left as they were
+
+
+def test_varlen_lower_bound_configuration(kernels):
+    lengths = [300, 17, 600, 83]
+    x, A_log, dt_bias = raw_inputs(0, 2, "init", lengths=lengths)
+    err = errors(
+        kernels, "chunk", x, fused=LOWER_BOUND, A_log=A_log, dt_bias=dt_bias, cu_seqlens=cu_seqlens_of(lengths)
+    )
+    assert max(err) < ERROR_LIMIT
+
+
+@pytest.mark.parametrize("sms", [4, FEW_SMS])
+def test_small_bh_varlen_units(kernels, sms):
+    """small_bh on a varlen batch: long sequences cut into units, short and empty ones whole."""
+    lengths = [300, 17, 600, 0, 83]
+    x, s0, cu = random_inputs(1, 0, 2, lengths=lengths, with_state=True, g_range=(-0.02, 0.0))
+    assert max(errors(kernels, "small_bh", x, sms=sms, initial_state=s0, cu_seqlens=cu)) < ERROR_LIMIT
+
+
+def test_small_bh_varlen_lower_bound_configuration(kernels):
+    lengths = [300, 17, 600, 83]
+    x, A_log, dt_bias = raw_inputs(0, 2, "flashkda", lengths=lengths)
+    err = errors(kernels, "small_bh", x, sms=FEW_SMS, fused=LOWER_BOUND, A_log=A_log, dt_bias=dt_bias,
+                 cu_seqlens=cu_seqlens_of(lengths), state_v_first=True)  # fmt: skip
+    assert max(err) < ERROR_LIMIT
+
+
+def test_small_bh_fp16_softplus(kernels):
+    x, A_log, dt_bias = raw_inputs(1000, 2, "test", fp16=True)
+    assert max(errors(kernels, "small_bh", x, sms=FEW_SMS, fused=SOFTPLUS, A_log=A_log, dt_bias=dt_bias)) < ERROR_LIMIT
+
+
+SHUFFLED = 7  # a schedule: the threads released together run in an order shuffled from seed 7
+
+
+@pytest.mark.parametrize("route", ["direct", "chunk", "small_bh"])
+def test_no_result_depends_on_the_order_of_threads(kernels, route):
+    """Bitwise the same outputs whatever order the threads run in between barriers (lower-bound
+    configuration, V-first; small_bh cut into segments): no thread reads what another may not have
+    written yet or may already have overwritten."""
+    x, A_log, dt_bias = raw_inputs(72 if route == "direct" else 300, 2, "init")
+    call = dict(fused=LOWER_BOUND, A_log=A_log, dt_bias=dt_bias, state_v_first=True)
+    runs = [kernels(FEW_SMS, schedule).run(route, **x, **call) for schedule in (FORWARD, REVERSE, SHUFFLED)]
+    for o, state in runs[1:]:
+        assert torch.equal(o, runs[0][0]) and torch.equal(state, runs[0][1])
+
+
+# Planted faults: each, alone, must fail the plain chunk route's check (the race shows when the
+# lanes run in reverse order; in index order it happens to read nothing stale).
+FAULTS = {
+    # the value tile read as if it were stored transposed
+    "operand layout": ("ldmatrix_x4_trans(av, &st.v[lr][vw + lc]);", "ldmatrix_x4(av, &st.v[lr][vw + lc]);"),
+    # lanes go on to overwrite N while others still read it
+    "missing __syncwarp": ("__syncwarp();  // every lane has read N", ""),
+}
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_planted_fault_fails(fault, includes, tmp_path):
+    from kdactl.assets import csrc_dir
+
+    csrc = tmp_path / "csrc"
+    shutil.copytree(csrc_dir(), csrc)
+    path = csrc / "kda_chunk.cuh"
+    before, after = FAULTS[fault]
+    text = path.read_text()
+    assert text.count(before) == 1, f"the fault's site moved: {before!r}"
+    path.write_text(text.replace(before, after))
+    faulty = EmulatedKernels(build(csrc, includes, tmp_path / "lib"), schedule=REVERSE)
+    x, s0, _ = random_inputs(1, 200, 2, with_state=True, g_range=(-0.02, 0.0))
+    assert max(errors(lambda sms: faulty, "chunk", x, initial_state=s0)) > ERROR_LIMIT

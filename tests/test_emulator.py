@@ -1,0 +1,91 @@
+"""The CPU emulator itself (tests/emu): how it rewrites csrc, and that it reports the faults the GPU
+would and computes tensor-core products as a plain matrix product does (tests/emu/controls.cu).
+Whether it runs the real kernels as the GPU does is tests/test_emulated_kernels.py's question: the
+kernels the H200 passed must pass there too."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+
+import pytest
+import torch
+
+from tests.emu.build import EMU_DIR, build, cuda_includes, emulated_source
+
+
+def test_launches_and_shared_memory_are_rewritten():
+    src = """
+    kernel<<<grid, WARPS * 32, smem, stream>>>(a, ws);
+    kda_keep<K, V><<<dim3(static_cast<unsigned>(a.batch), a.heads), 256, 0, stream>>>(a, sg);
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __shared__ int64_t len[8];
+    """
+    out = emulated_source(src)
+    assert "::emu::launch(kernel, grid, WARPS * 32, smem, stream)(a, ws);" in out
+    assert "::emu::launch(kda_keep<K, V>, dim3(static_cast<unsigned>(a.batch), a.heads), 256, 0, stream)(a, sg);" in out
+    assert "unsigned char* smem_raw = static_cast<unsigned char*>(::emu::dynamic_smem());" in out
+    assert "static int64_t len[8];" in out
+    assert "<<<" not in out and "__shared__" not in out
+
+
+@pytest.fixture(scope="module")
+def controls(tiny_csrc, nvcc_toolkit, tmp_path_factory):
+    shutil.copy(EMU_DIR / "controls.cu", tiny_csrc / "emu_controls.cu")
+    lib = build(tiny_csrc, cuda_includes(nvcc_toolkit.nvcc), tmp_path_factory.mktemp("emu-controls"))
+    return ctypes.CDLL(str(lib))
+
+
+@pytest.fixture(scope="module")
+def tiny_csrc(tmp_path_factory):
+    """tests/conftest.py's tiny_csrc at module scope: library.cu, selftest.cu, the headers, a stub."""
+    from kdactl.assets import csrc_dir
+    from tests.conftest import TINY_KDA_STUB
+
+    dest = tmp_path_factory.mktemp("tiny") / "csrc"
+    dest.mkdir()
+    for p in csrc_dir().iterdir():
+        if p.suffix in (".cuh", ".h") or p.name in ("library.cu", "selftest.cu"):
+            shutil.copy(p, dest / p.name)
+    (dest / "kda_stub.cu").write_text(TINY_KDA_STUB)
+    return dest
+
+
+LAUNCH_FAILURE, INVALID_VALUE = 719, 1  # cudaErrorLaunchFailure, cudaErrorInvalidValue
+
+
+def test_deadlock_is_a_launch_failure(controls, capfd):
+    assert controls.emu_control_deadlock() == LAUNCH_FAILURE
+    assert "deadlock in kernel" in capfd.readouterr().err
+
+
+def test_misaligned_cp_async_is_a_launch_failure(controls, capfd):
+    src = torch.zeros(16)
+    assert controls.emu_control_misaligned_cp_async(ctypes.c_void_p(src.data_ptr())) == LAUNCH_FAILURE
+    assert "not 16-byte aligned" in capfd.readouterr().err
+
+
+def test_trap_is_a_launch_failure(controls, capfd):
+    assert controls.emu_control_trap() == LAUNCH_FAILURE
+    assert "__trap() in kernel" in capfd.readouterr().err
+
+
+def test_lanes_at_different_collectives_fail(controls, capfd):
+    out = torch.zeros(32)
+    assert controls.emu_control_divergent(ctypes.c_void_p(out.data_ptr())) == LAUNCH_FAILURE
+    assert "different collectives" in capfd.readouterr().err
+
+
+def test_shared_memory_over_48_kb_needs_the_attribute(controls):
+    assert controls.emu_control_too_much_smem() == INVALID_VALUE
+    assert controls.emu_control_deadlock() == LAUNCH_FAILURE  # the error was read: the next launch runs
+
+
+def test_ldmatrix_and_mma_make_the_matrix_product(controls):
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(16, 16, generator=gen).to(torch.bfloat16)
+    b = torch.randn(16, 8, generator=gen).to(torch.bfloat16)
+    d = torch.full((16, 8), float("nan"))
+    assert controls.emu_control_mma(ctypes.c_void_p(a.data_ptr()), ctypes.c_void_p(b.data_ptr()),
+                                    ctypes.c_void_p(d.data_ptr())) == 0  # fmt: skip
+    torch.testing.assert_close(d, a.float() @ b.float(), rtol=1e-6, atol=1e-5)
