@@ -195,13 +195,19 @@ def test_no_result_depends_on_the_order_of_threads(kernels, route):
         assert torch.equal(o, runs[0][0]) and torch.equal(state, runs[0][1])
 
 
-# Planted faults: each, alone, must fail the plain chunk route's check (the race shows when the
-# lanes run in reverse order; in index order it happens to read nothing stale).
+# Planted faults: each, alone, must fail its check (the race shows when the lanes run in reverse
+# order; in index order it happens to read nothing stale): the plain chunk route, or for a fault of
+# steep_a_p, Kimi-Linear's call with fla's draw (steep chunks).
 FAULTS = {
     # the value tile read as if it were stored transposed
     "operand layout": ("ldmatrix_x4_trans(av, &st.v[lr][vw + lc]);", "ldmatrix_x4(av, &st.v[lr][vw + lc]);"),
     # lanes go on to overwrite N while others still read it
     "missing __syncwarp": ("__syncwarp();  // every lane has read N", ""),
+    # steep_a_p without the pairs parted at level 1 of the halving
+    "steep level dropped": (
+        "if (lv < 4) mma_tf32(acc_a[lv < 4 ? lv : 0], ak, b0, b1);",
+        "if (lv < 4 && lv != 1) mma_tf32(acc_a[lv < 4 ? lv : 0], ak, b0, b1);",
+    ),
 }
 
 
@@ -217,5 +223,10 @@ def test_a_planted_fault_fails(fault, includes, tmp_path):
     assert text.count(before) == 1, f"the fault's site moved: {before!r}"
     path.write_text(text.replace(before, after))
     faulty = EmulatedKernels(build(csrc, includes, tmp_path / "lib"), schedule=REVERSE)
-    x, s0, _ = random_inputs(1, 200, 2, with_state=True, g_range=(-0.02, 0.0))
-    assert max(errors(lambda sms: faulty, "chunk", x, initial_state=s0)) > ERROR_LIMIT
+    if fault.startswith("steep"):
+        x, A_log, dt_bias = raw_inputs(1000, 2, "test")
+        err = errors(lambda *_: faulty, "chunk", x, fused=SOFTPLUS, A_log=A_log, dt_bias=dt_bias)
+    else:
+        x, s0, _ = random_inputs(1, 200, 2, with_state=True, g_range=(-0.02, 0.0))
+        err = errors(lambda *_: faulty, "chunk", x, initial_state=s0)
+    assert max(err) > ERROR_LIMIT
