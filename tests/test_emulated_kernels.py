@@ -159,6 +159,63 @@ def test_varlen_lower_bound_configuration(kernels):
     assert max(err) < ERROR_LIMIT
 
 
+# --- the cases that broke other kernels (tests/test_kda_fused_gpu.py runs them on the GPU) -----------
+
+
+def edge_inputs(case, T, seed):
+    """fla's raw draw (A_log = log U(1, 16), dt_bias ~ N(0, 1)) bent into one edge case, and its config."""
+    x, A_log, dt_bias = raw_inputs(T, 2, "test", seed=seed)
+    x["g"] = x["g"].float()
+    K = x["q"].shape[-1]
+    if case == "identical-keys":  # no decay (softplus of -90 = 0), beta = sigmoid(12) ~ 1 - 6e-6
+        x["k"][:, :, :] = x["k"][:, :1, :]
+        x["g"].fill_(-90.0)
+        dt_bias.zero_()
+        x["beta"].fill_(12.0)
+    elif case == "all-at-bound":  # lb sigmoid(A x) = lb at x = 50
+        x["g"].fill_(50.0)
+        dt_bias.zero_()
+    elif case == "half-at-bound":  # the chunk's shifted reference at |G'| = 40
+        x["g"][..., : K // 2] = 50.0
+        x["g"][..., K // 2 :] = -200.0  # sigmoid(-200 A) = 0: no decay
+        dt_bias.zero_()
+    else:  # steep-softplus: A = 16, softplus(5) = 5, -80 a token
+        A_log.fill_(16.0).log_()
+        x["g"].fill_(5.0)
+        dt_bias.zero_()
+    return x, A_log, dt_bias, SOFTPLUS if case in ("identical-keys", "steep-softplus") else LOWER_BOUND
+
+
+@pytest.mark.parametrize("route", ["direct", "chunk", "small_bh"])
+@pytest.mark.parametrize("case", ["identical-keys", "all-at-bound", "half-at-bound", "steep-softplus"])
+def test_precision_edges(kernels, route, case):
+    T = {"direct": 48, "chunk": 300, "small_bh": 1000}[route]
+    x, A_log, dt_bias, fused = edge_inputs(case, T, seed=len(case))
+    s0 = torch.randn(1, 2, 128, 128, generator=torch.Generator().manual_seed(1)) * 0.5
+    err = errors(kernels, route, x, sms=FEW_SMS, fused=fused, A_log=A_log, dt_bias=dt_bias, initial_state=s0)
+    assert max(err) < ERROR_LIMIT
+
+
+@pytest.mark.parametrize("fused", [LOWER_BOUND, SOFTPLUS], ids=["bound", "softplus"])
+def test_tails_of_1_to_15_tokens(kernels, fused):
+    """Sequences of 16 c + r tokens, r = 1 .. 15: every partial last chunk, with a start state."""
+    lengths = [16 * (r % 3) + r for r in range(1, 16)]
+    x, A_log, dt_bias = raw_inputs(0, 2, "test", lengths=lengths)
+    s0 = torch.randn(len(lengths), 2, 128, 128, generator=torch.Generator().manual_seed(2)) * 0.5
+    err = errors(kernels, "chunk", x, fused=fused, A_log=A_log, dt_bias=dt_bias, initial_state=s0,
+                 cu_seqlens=cu_seqlens_of(lengths))  # fmt: skip
+    assert max(err) < ERROR_LIMIT
+
+
+@pytest.mark.parametrize("decay", [59.0, 61.0])
+def test_shifted_reference_at_its_limit(kernels, decay):
+    """A log decay whose last 8 tokens of a chunk sum to -59 (e^+-59 on the tensor cores) and to -61
+    (past kShiftLimit: the steep path)."""
+    x, s0, _ = random_inputs(1, 256, 2, with_state=True)
+    x["g"].fill_(-decay / 8)
+    assert max(errors(kernels, "chunk", x, initial_state=s0)) < ERROR_LIMIT
+
+
 @pytest.mark.parametrize("sms", [4, FEW_SMS])
 def test_small_bh_varlen_units(kernels, sms):
     """small_bh on a varlen batch: long sequences cut into units, short and empty ones whole."""
