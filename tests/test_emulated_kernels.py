@@ -21,6 +21,7 @@ from kdactl.kda.fused import Fused
 from kdactl.kda.inputs import cu_seqlens_of, random_inputs
 from kdactl.kda.problem import KdaProblem
 from kdactl.kda.routes import DeviceInfo, small_bh_plan
+from kdactl.kda.tuning import Tuning
 from kdactl.kernel_abi import BETA_SIGMOID, GATE_LOWER_BOUND, GATE_SOFTPLUS
 from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent
 from tests.emu.build import build, cuda_includes
@@ -157,6 +158,20 @@ def test_varlen_lower_bound_configuration(kernels):
         kernels, "chunk", x, fused=LOWER_BOUND, A_log=A_log, dt_bias=dt_bias, cu_seqlens=cu_seqlens_of(lengths)
     )
     assert max(err) < ERROR_LIMIT
+
+
+@pytest.mark.parametrize(("warps", "stages"), [(2, 4), (2, 8), (4, 4), (4, 8), (8, 4)])
+def test_every_recurrence_shape_the_chunk_route_builds(kernels, warps, stages):
+    x, s0, _ = random_inputs(2, 300, 2, with_state=True, g_range=(-0.05, 0.0))
+    q, k, v, g, beta = (x[n] for n in ("q", "k", "v", "g", "beta"))
+    ref_o, ref_s = kda_recurrent(q, k, v, g, beta, initial_state=s0)
+    o, s = kernels().run("chunk", q, k, v, g, beta, initial_state=s0.clone(), tuning=Tuning(warps=warps, stages=stages))
+    assert max(error_ratio(ref_o, o), error_ratio(ref_s, s)) < ERROR_LIMIT
+
+
+def test_varlen_walks_longest_first_when_they_outnumber_the_sms(kernels):
+    x, s0, cu = random_inputs(1, 0, 2, lengths=[40, 300, 5, 129, 77], with_state=True, cu_dtype=torch.int64)
+    assert max(errors(kernels, "chunk", x, sms=2, initial_state=s0, cu_seqlens=cu)) < ERROR_LIMIT
 
 
 # --- the cases that broke other kernels (tests/test_kda_fused_gpu.py runs them on the GPU) -----------

@@ -68,8 +68,8 @@ def _key(csrc: Path, includes: list[str]) -> str:
 def build(csrc: Path, includes: list[str], out_dir: Path, cxx: str = "c++") -> Path:
     """The emulated library for ``csrc`` under ``out_dir``, compiled with the toolkit's ``includes``
     (cuda_includes) (built once per content: a second call
-    with the same sources returns the same file). Raises CalledProcessError with the compiler's
-    output when a file does not compile."""
+    with the same sources returns the same file). Raises RuntimeError with the compiler's output when
+    a file does not compile."""
     lib = out_dir / f"libkdactl_emu-{_key(csrc, includes)}.so"
     if lib.exists():
         return lib
@@ -87,7 +87,9 @@ def build(csrc: Path, includes: list[str], out_dir: Path, cxx: str = "c++") -> P
         obj = src.with_suffix(".o")
         cmd = [cxx, *FLAGS, "-include", str(work / "emu.h"), *includes, f"-I{work}",
                "-x", "c++", "-c", str(src), "-o", str(obj)]  # fmt: skip
-        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"{src.name} does not compile for the emulator:\n{done.stderr[-8000:]}")
         return obj
 
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:

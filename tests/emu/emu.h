@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>  // device printf is the host's
 #include <cstring>
 #include <tuple>
 #include <type_traits>
