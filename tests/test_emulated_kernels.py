@@ -267,6 +267,21 @@ def test_no_result_depends_on_the_order_of_threads(kernels, route):
         assert torch.equal(o, runs[0][0]) and torch.equal(state, runs[0][1])
 
 
+def test_small_bh_varlen_and_pool_do_not_depend_on_the_order_of_threads(kernels):
+    """The branch's small_bh layouts (varlen units with warm starts, a state pool) under three schedules."""
+    lengths = [300, 17, 600, 83]
+    x, A_log, dt_bias = raw_inputs(0, 2, "flashkda", lengths=lengths)
+    varlen = dict(x, fused=LOWER_BOUND, A_log=A_log, dt_bias=dt_bias, cu_seqlens=cu_seqlens_of(lengths))
+    x, _, _ = random_inputs(2, 500, 2, g_range=(-0.02, 0.0))
+    pool = torch.randn(6, 2, 128, 128, generator=torch.Generator().manual_seed(3)) * 0.5
+    pooled = dict(x, state_indices=torch.tensor([4, 1], dtype=torch.int32))
+    for call, start in ((varlen, None), (pooled, pool)):
+        runs = [kernels(FEW_SMS, schedule).run("small_bh", **call, initial_state=None if start is None else start.clone())
+                for schedule in (FORWARD, REVERSE, SHUFFLED)]  # fmt: skip
+        for o, state in runs[1:]:
+            assert torch.equal(o, runs[0][0]) and torch.equal(state, runs[0][1])
+
+
 # Planted faults: each, alone, must fail its check (the race shows when the lanes run in reverse
 # order; in index order it happens to read nothing stale): the plain chunk route, or for a fault of
 # steep_a_p, Kimi-Linear's call with fla's draw (steep chunks).
