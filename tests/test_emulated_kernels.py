@@ -26,6 +26,7 @@ from kdactl.kernel_abi import BETA_SIGMOID, GATE_LOWER_BOUND, GATE_SOFTPLUS
 from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent
 from tests.emu.build import build, cuda_includes
 from tests.emu.kernels import FORWARD, REVERSE, EmulatedKernels
+from tests.kda_inputs import EDGE_CASES, bend_to_edge
 
 LOWER_BOUND = Fused(qk_l2norm=True, beta_mode=BETA_SIGMOID, gate_mode=GATE_LOWER_BOUND, lower_bound=-5.0)
 SOFTPLUS = Fused(qk_l2norm=True, beta_mode=BETA_SIGMOID, gate_mode=GATE_SOFTPLUS)
@@ -178,31 +179,14 @@ def test_varlen_walks_longest_first_when_they_outnumber_the_sms(kernels):
 
 
 def edge_inputs(case, T, seed):
-    """fla's raw draw (A_log = log U(1, 16), dt_bias ~ N(0, 1)) bent into one edge case, and its config."""
+    """fla's raw draw bent into one edge case (tests/kda_inputs.py bend_to_edge), and its config."""
     x, A_log, dt_bias = raw_inputs(T, 2, "test", seed=seed)
     x["g"] = x["g"].float()
-    K = x["q"].shape[-1]
-    if case == "identical-keys":  # no decay (softplus of -90 = 0), beta = sigmoid(12) ~ 1 - 6e-6
-        x["k"][:, :, :] = x["k"][:, :1, :]
-        x["g"].fill_(-90.0)
-        dt_bias.zero_()
-        x["beta"].fill_(12.0)
-    elif case == "all-at-bound":  # lb sigmoid(A x) = lb at x = 50
-        x["g"].fill_(50.0)
-        dt_bias.zero_()
-    elif case == "half-at-bound":  # the chunk's shifted reference at |G'| = 40
-        x["g"][..., : K // 2] = 50.0
-        x["g"][..., K // 2 :] = -200.0  # sigmoid(-200 A) = 0: no decay
-        dt_bias.zero_()
-    else:  # steep-softplus: A = 16, softplus(5) = 5, -80 a token
-        A_log.fill_(16.0).log_()
-        x["g"].fill_(5.0)
-        dt_bias.zero_()
-    return x, A_log, dt_bias, SOFTPLUS if case in ("identical-keys", "steep-softplus") else LOWER_BOUND
+    return x, A_log, dt_bias, {"softplus": SOFTPLUS, "bound": LOWER_BOUND}[bend_to_edge(case, x, A_log, dt_bias)]
 
 
 @pytest.mark.parametrize("route", ["direct", "chunk", "small_bh"])
-@pytest.mark.parametrize("case", ["identical-keys", "all-at-bound", "half-at-bound", "steep-softplus"])
+@pytest.mark.parametrize("case", EDGE_CASES)
 def test_precision_edges(kernels, route, case):
     T = {"direct": 48, "chunk": 300, "small_bh": 1000}[route]
     x, A_log, dt_bias, fused = edge_inputs(case, T, seed=len(case))
