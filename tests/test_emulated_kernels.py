@@ -26,7 +26,7 @@ from kdactl.kernel_abi import BETA_SIGMOID, GATE_LOWER_BOUND, GATE_SOFTPLUS
 from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent
 from tests.emu.build import build, cuda_includes
 from tests.emu.kernels import FORWARD, REVERSE, EmulatedKernels
-from tests.kda_inputs import EDGE_CASES, bend_to_edge
+from tests.kda_inputs import EDGE_CASES, bend_to_edge, carried_history_inputs
 
 LOWER_BOUND = Fused(qk_l2norm=True, beta_mode=BETA_SIGMOID, gate_mode=GATE_LOWER_BOUND, lower_bound=-5.0)
 SOFTPLUS = Fused(qk_l2norm=True, beta_mode=BETA_SIGMOID, gate_mode=GATE_SOFTPLUS)
@@ -251,6 +251,15 @@ def test_no_result_depends_on_the_order_of_threads(kernels, route):
         assert torch.equal(o, runs[0][0]) and torch.equal(state, runs[0][1])
 
 
+def test_small_bh_keeps_history_a_bound_per_channel_would_drop(kernels):
+    """carried_history_inputs: each chunk decays every key channel by e^-40 and still keeps a quarter
+    of the state; a warm start taken on a bound per channel would drop that history and miss o."""
+    assert segments(1000, 2, FEW_SMS) >= 4
+    x = carried_history_inputs(1000, H=2)
+    s0 = torch.randn(1, 2, 128, 128, generator=torch.Generator().manual_seed(4))
+    assert max(errors(kernels, "small_bh", x, sms=FEW_SMS, initial_state=s0)) < ERROR_LIMIT
+
+
 def test_small_bh_varlen_and_pool_do_not_depend_on_the_order_of_threads(kernels):
     """The branch's small_bh layouts (varlen units with warm starts, a state pool) under three schedules."""
     lengths = [300, 17, 600, 83]
@@ -266,13 +275,16 @@ def test_small_bh_varlen_and_pool_do_not_depend_on_the_order_of_threads(kernels)
             assert torch.equal(o, runs[0][0]) and torch.equal(state, runs[0][1])
 
 
-# Planted faults: each, alone, must fail the plain chunk route's check (the race shows when the
-# lanes run in reverse order; in index order it happens to read nothing stale).
+# Planted faults: each, alone, must fail its check (the race shows when the lanes run in reverse
+# order; in index order it happens to read nothing stale): "plain", the chunk route on a weakly
+# decaying draw; "carried", small_bh on carried_history_inputs (a warm start must not drop history).
 FAULTS = {
     # the value tile read as if it were stored transposed
-    "operand layout": ("ldmatrix_x4_trans(av, &st.v[lr][vw + lc]);", "ldmatrix_x4(av, &st.v[lr][vw + lc]);"),
+    "operand layout": ("ldmatrix_x4_trans(av, &st.v[lr][vw + lc]);", "ldmatrix_x4(av, &st.v[lr][vw + lc]);", "plain"),
     # lanes go on to overwrite N while others still read it
-    "missing __syncwarp": ("__syncwarp();  // every lane has read N", ""),
+    "missing __syncwarp": ("__syncwarp();  // every lane has read N", "", "plain"),
+    # a chunk map bounded per key channel (max eG alone), without the rank-1 terms
+    "bound per channel": ("log2f((eg_max + terms) * kBoundMargin)", "log2f(eg_max * kBoundMargin)", "carried"),
 }
 
 
@@ -283,10 +295,15 @@ def test_a_planted_fault_fails(fault, includes, tmp_path):
     csrc = tmp_path / "csrc"
     shutil.copytree(csrc_dir(), csrc)
     path = csrc / "kda_chunk.cuh"
-    before, after = FAULTS[fault]
+    before, after, check = FAULTS[fault]
     text = path.read_text()
     assert text.count(before) == 1, f"the fault's site moved: {before!r}"
     path.write_text(text.replace(before, after))
-    faulty = EmulatedKernels(build(csrc, includes, tmp_path / "lib"), schedule=REVERSE)
-    x, s0, _ = random_inputs(1, 200, 2, with_state=True, g_range=(-0.02, 0.0))
-    assert max(errors(lambda sms: faulty, "chunk", x, initial_state=s0)) > ERROR_LIMIT
+    faulty = EmulatedKernels(build(csrc, includes, tmp_path / "lib"), FEW_SMS, schedule=REVERSE)
+    if check == "carried":
+        s0 = torch.randn(1, 2, 128, 128, generator=torch.Generator().manual_seed(4))
+        err = errors(lambda *_: faulty, "small_bh", carried_history_inputs(1000, H=2), initial_state=s0)
+    else:
+        x, s0, _ = random_inputs(1, 200, 2, with_state=True, g_range=(-0.02, 0.0))
+        err = errors(lambda *_: faulty, "chunk", x, initial_state=s0)
+    assert max(err) > ERROR_LIMIT
