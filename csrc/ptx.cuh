@@ -30,24 +30,19 @@ __device__ __forceinline__ void sync_first() {
 }
 
 // ---- Tensor cores (device.cuh names the fragment layouts) ---------------------------------------
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-// D += A B on 16-bit operands of TYPE ("bf16" or "f16"), fp32 accumulators.
-#define KDACTL_MMA_16BIT(TYPE)                                                                              \
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TYPE "." TYPE ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, " \
-               "{%8,%9}, {%0,%1,%2,%3};\n"                                                                \
+// D += A B with fp32 accumulators; SHAPE names the shape and the operand types.
+#define KDACTL_MMA(SHAPE)                                                                                 \
+  asm volatile("mma.sync.aligned." SHAPE " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"       \
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                            \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  KDACTL_MMA("m16n8k8.row.col.f32.tf32.tf32.f32");
+}
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  KDACTL_MMA_16BIT("bf16");
+  KDACTL_MMA("m16n8k16.row.col.f32.bf16.bf16.f32");
 }
 __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  KDACTL_MMA_16BIT("f16");
+  KDACTL_MMA("m16n8k16.row.col.f32.f16.f16.f32");
 }
 // Four 8x8 bf16 matrices; lanes 8j..8j+7 give the row addresses of matrix j (16 bytes each).
 // Plain: lane gets (row g, cols 2t, 2t+1) of each. Transposed: (rows 2t, 2t+1, col g).

@@ -6,7 +6,7 @@ import torch
 
 from kdactl.kda.inputs import cu_seqlens_of, random_inputs
 
-__all__ = ["carried_history_inputs", "cu_seqlens_of", "make_inputs"]
+__all__ = ["EDGE_CASES", "bend_to_edge", "carried_history_inputs", "cu_seqlens_of", "make_inputs"]
 
 
 def make_inputs(B, T, H, K=128, V=128, *, device="cpu", g_dtype=torch.float32, beta_dtype=torch.float32,
@@ -42,3 +42,32 @@ def carried_history_inputs(T, H=1, K=128, V=128, *, device="cpu", seed=0):
     reader[pos >= 8, 0] = 1.0
     x["q"] = reader[None, :, None, :].expand(1, T, H, K).to(x["q"].dtype).contiguous()
     return x
+
+
+EDGE_CASES = ("identical-keys", "all-at-bound", "half-at-bound", "steep-softplus")
+
+
+def bend_to_edge(case: str, x: dict, A_log: torch.Tensor, dt_bias: torch.Tensor) -> str:
+    """Bends fla's raw draw (x's g in fp32, A_log, dt_bias) in place into one of the cases that broke
+    other kernels, and names the configuration it runs in ("softplus" or "bound"):
+    identical-keys: every key the first one, no decay (softplus of -90 = 0), beta = sigmoid(12) ~ 1 - 6e-6;
+    all-at-bound: every gate at the lower bound (lb sigmoid(A x) = lb at x = 50);
+    half-at-bound: half the channels at the bound, half undecayed (the chunk's shifted reference at |G'| = 40);
+    steep-softplus: A = 4 and softplus(5) = 5, -20 a token (a chunk's decay past kShiftLimit)."""
+    K = x["q"].shape[-1]
+    dt_bias.zero_()
+    if case == "identical-keys":
+        x["k"][:, :, :] = x["k"][:, :1, :]
+        x["g"].fill_(-90.0)
+        x["beta"].fill_(12.0)
+    elif case == "all-at-bound":
+        x["g"].fill_(50.0)
+    elif case == "half-at-bound":
+        x["g"][..., : K // 2] = 50.0
+        x["g"][..., K // 2 :] = -200.0  # sigmoid(-200 A) = 0: no decay
+    elif case == "steep-softplus":
+        A_log.fill_(4.0).log_()
+        x["g"].fill_(5.0)
+    else:
+        raise ValueError(f"no edge case {case!r}")
+    return "softplus" if case in ("identical-keys", "steep-softplus") else "bound"

@@ -26,6 +26,7 @@ from kdactl.kernel_abi import BETA_SIGMOID, GATE_LOWER_BOUND, GATE_SOFTPLUS
 from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent
 from tests.emu.build import build, cuda_includes
 from tests.emu.kernels import FORWARD, REVERSE, EmulatedKernels
+from tests.kda_inputs import EDGE_CASES, bend_to_edge, carried_history_inputs
 
 LOWER_BOUND = Fused(qk_l2norm=True, beta_mode=BETA_SIGMOID, gate_mode=GATE_LOWER_BOUND, lower_bound=-5.0)
 SOFTPLUS = Fused(qk_l2norm=True, beta_mode=BETA_SIGMOID, gate_mode=GATE_SOFTPLUS)
@@ -178,31 +179,14 @@ def test_varlen_walks_longest_first_when_they_outnumber_the_sms(kernels):
 
 
 def edge_inputs(case, T, seed):
-    """fla's raw draw (A_log = log U(1, 16), dt_bias ~ N(0, 1)) bent into one edge case, and its config."""
+    """fla's raw draw bent into one edge case (tests/kda_inputs.py bend_to_edge), and its config."""
     x, A_log, dt_bias = raw_inputs(T, 2, "test", seed=seed)
     x["g"] = x["g"].float()
-    K = x["q"].shape[-1]
-    if case == "identical-keys":  # no decay (softplus of -90 = 0), beta = sigmoid(12) ~ 1 - 6e-6
-        x["k"][:, :, :] = x["k"][:, :1, :]
-        x["g"].fill_(-90.0)
-        dt_bias.zero_()
-        x["beta"].fill_(12.0)
-    elif case == "all-at-bound":  # lb sigmoid(A x) = lb at x = 50
-        x["g"].fill_(50.0)
-        dt_bias.zero_()
-    elif case == "half-at-bound":  # the chunk's shifted reference at |G'| = 40
-        x["g"][..., : K // 2] = 50.0
-        x["g"][..., K // 2 :] = -200.0  # sigmoid(-200 A) = 0: no decay
-        dt_bias.zero_()
-    else:  # steep-softplus: A = 16, softplus(5) = 5, -80 a token
-        A_log.fill_(16.0).log_()
-        x["g"].fill_(5.0)
-        dt_bias.zero_()
-    return x, A_log, dt_bias, SOFTPLUS if case in ("identical-keys", "steep-softplus") else LOWER_BOUND
+    return x, A_log, dt_bias, {"softplus": SOFTPLUS, "bound": LOWER_BOUND}[bend_to_edge(case, x, A_log, dt_bias)]
 
 
 @pytest.mark.parametrize("route", ["direct", "chunk", "small_bh"])
-@pytest.mark.parametrize("case", ["identical-keys", "all-at-bound", "half-at-bound", "steep-softplus"])
+@pytest.mark.parametrize("case", EDGE_CASES)
 def test_precision_edges(kernels, route, case):
     T = {"direct": 48, "chunk": 300, "small_bh": 1000}[route]
     x, A_log, dt_bias, fused = edge_inputs(case, T, seed=len(case))
@@ -267,6 +251,15 @@ def test_no_result_depends_on_the_order_of_threads(kernels, route):
         assert torch.equal(o, runs[0][0]) and torch.equal(state, runs[0][1])
 
 
+def test_small_bh_keeps_history_a_bound_per_channel_would_drop(kernels):
+    """carried_history_inputs: each chunk decays every key channel by e^-40 and still keeps a quarter
+    of the state; a warm start taken on a bound per channel would drop that history and miss o."""
+    assert segments(1000, 2, FEW_SMS) >= 4
+    x = carried_history_inputs(1000, H=2)
+    s0 = torch.randn(1, 2, 128, 128, generator=torch.Generator().manual_seed(4))
+    assert max(errors(kernels, "small_bh", x, sms=FEW_SMS, initial_state=s0)) < ERROR_LIMIT
+
+
 def test_small_bh_varlen_and_pool_do_not_depend_on_the_order_of_threads(kernels):
     """The branch's small_bh layouts (varlen units with warm starts, a state pool) under three schedules."""
     lengths = [300, 17, 600, 83]
@@ -283,17 +276,21 @@ def test_small_bh_varlen_and_pool_do_not_depend_on_the_order_of_threads(kernels)
 
 
 # Planted faults: each, alone, must fail its check (the race shows when the lanes run in reverse
-# order; in index order it happens to read nothing stale): the plain chunk route, or for a fault of
-# steep_a_p, Kimi-Linear's call with fla's draw (steep chunks).
+# order; in index order it happens to read nothing stale): "plain", the chunk route on a weakly
+# decaying draw; "carried", small_bh on carried_history_inputs (a warm start must not drop history);
+# "steep", Kimi-Linear's call with fla's draw (every chunk through steep_a_p).
 FAULTS = {
     # the value tile read as if it were stored transposed
-    "operand layout": ("ldmatrix_x4_trans(av, &st.v[lr][vw + lc]);", "ldmatrix_x4(av, &st.v[lr][vw + lc]);"),
+    "operand layout": ("ldmatrix_x4_trans(av, &st.v[lr][vw + lc]);", "ldmatrix_x4(av, &st.v[lr][vw + lc]);", "plain"),
     # lanes go on to overwrite N while others still read it
-    "missing __syncwarp": ("__syncwarp();  // every lane has read N", ""),
+    "missing __syncwarp": ("__syncwarp();  // every lane has read N", "", "plain"),
+    # a chunk map bounded per key channel (max eG alone), without the rank-1 terms
+    "bound per channel": ("log2f((eg_max + terms) * kBoundMargin)", "log2f(eg_max * kBoundMargin)", "carried"),
     # steep_a_p without the pairs parted at level 1 of the halving
     "steep level dropped": (
         "if (lv < 4) mma_tf32(acc_a[lv < 4 ? lv : 0], ak, b0, b1);",
         "if (lv < 4 && lv != 1) mma_tf32(acc_a[lv < 4 ? lv : 0], ak, b0, b1);",
+        "steep",
     ),
 }
 
@@ -305,14 +302,17 @@ def test_a_planted_fault_fails(fault, includes, tmp_path):
     csrc = tmp_path / "csrc"
     shutil.copytree(csrc_dir(), csrc)
     path = csrc / "kda_chunk.cuh"
-    before, after = FAULTS[fault]
+    before, after, check = FAULTS[fault]
     text = path.read_text()
     assert text.count(before) == 1, f"the fault's site moved: {before!r}"
     path.write_text(text.replace(before, after))
-    faulty = EmulatedKernels(build(csrc, includes, tmp_path / "lib"), schedule=REVERSE)
-    if fault.startswith("steep"):
+    faulty = EmulatedKernels(build(csrc, includes, tmp_path / "lib"), FEW_SMS, schedule=REVERSE)
+    if check == "steep":
         x, A_log, dt_bias = raw_inputs(1000, 2, "test")
         err = errors(lambda *_: faulty, "chunk", x, fused=SOFTPLUS, A_log=A_log, dt_bias=dt_bias)
+    elif check == "carried":
+        s0 = torch.randn(1, 2, 128, 128, generator=torch.Generator().manual_seed(4))
+        err = errors(lambda *_: faulty, "small_bh", carried_history_inputs(1000, H=2), initial_state=s0)
     else:
         x, s0, _ = random_inputs(1, 200, 2, with_state=True, g_range=(-0.02, 0.0))
         err = errors(lambda *_: faulty, "chunk", x, initial_state=s0)

@@ -9,7 +9,7 @@ from kdactl.bench.configs import LOWER_BOUND, SOFTPLUS
 from kdactl.kda import chunk_kda, prefill
 from kdactl.kda.fused import BETA_SIGMOID, BETA_SIGMOID2, GATE_LOWER_BOUND, GATE_SOFTPLUS, Fused
 from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent
-from tests.kda_inputs import cu_seqlens_of
+from tests.kda_inputs import EDGE_CASES, bend_to_edge, cu_seqlens_of
 
 pytestmark = pytest.mark.gpu
 
@@ -224,31 +224,15 @@ def _config(name):
 
 
 @pytest.mark.parametrize("route", ["direct", "chunk", "small_bh"])
-@pytest.mark.parametrize("case", ["identical-keys", "all-at-bound", "half-at-bound", "steep-softplus"])
+@pytest.mark.parametrize("case", EDGE_CASES)
 def test_precision_edges(route, case):
     """Runs of identical keys with beta near 1 and no decay; every channel at the lower bound; half
     the channels at the bound and half with no decay (the chunk's shifted reference at |G'| = 40);
-    a softplus gate of -80 a token (the exact path). Against the fp64 reference, o and state."""
+    a steep softplus gate (steep_a_p). Against the fp64 reference, o and state."""
     T = 2048 if route == "small_bh" else 300
     x, A_log, dt_bias = raw_inputs(T, 2, 2, seed=len(case))
     K = x["q"].shape[-1]
-    config = "softplus" if case in ("identical-keys", "steep-softplus") else "bound"
-    if case == "identical-keys":  # no decay (softplus of -90 = 0), beta = sigmoid(12) ~ 1 - 6e-6
-        x["k"][:, :, :] = x["k"][:, :1, :]
-        x["g"].fill_(-90.0)
-        dt_bias.zero_()
-        x["beta"].fill_(12.0)
-    elif case == "all-at-bound":  # lb sigmoid(A x) = lb at x = 50
-        x["g"].fill_(50.0)
-        dt_bias.zero_()
-    elif case == "half-at-bound":
-        x["g"][..., : K // 2] = 50.0
-        x["g"][..., K // 2 :] = -200.0  # sigmoid(-200 A) = 0: no decay
-        dt_bias.zero_()
-    else:  # A = 16, softplus(5) = 5: -80 a token
-        A_log.fill_(4.0).log_()
-        x["g"].fill_(5.0)
-        dt_bias.zero_()
+    config = bend_to_edge(case, x, A_log, dt_bias)
     s0 = torch.randn(1, 2, K, K, device="cuda") * 0.5
     check(x, _config(config), A_log, dt_bias, route=route, s0=s0)
 
@@ -267,7 +251,7 @@ def test_tails_of_1_to_15_tokens(route, config):
 @pytest.mark.parametrize("decay", [59.0, 61.0])
 def test_chunk_shifted_reference_at_its_limit(decay):
     """A plain log decay whose last 8 tokens of a chunk sum to -59 (e^+-59 on the tensor cores) and to
-    -61 (past kShiftLimit: the exact path): both against the fp64 reference."""
+    -61 (past kShiftLimit: steep_a_p): both against the fp64 reference."""
     x, _, _ = raw_inputs(256, 2, 2, seed=int(decay))
     x["g"].fill_(-decay / 8)
     x["q"], x["k"] = (torch.nn.functional.normalize(t.float(), dim=-1).to(t.dtype) for t in (x["q"], x["k"]))
