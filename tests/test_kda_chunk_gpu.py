@@ -1,6 +1,6 @@
 """Route "chunk" on the GPU: the fp64 reference's matrix of the direct route, plus long and wide
 shapes (held to the direct route where fp64 is too slow), sequences shorter than one chunk, gates
-steep enough to take the exact path, and graph capture with its workspace."""
+steep enough to take steep_a_p, and graph capture with its workspace."""
 
 import pytest
 import torch
@@ -82,7 +82,7 @@ def test_chunk_varlen_longest_first(path):
 @pytest.mark.parametrize("g_range", [(-8.0, 0.0), (-0.001, 0.0), (-20.0, -5.0), None],
                          ids=["g-8..0", "g~0", "g-20..-5", "logsigmoid"])  # fmt: skip
 def test_chunk_gates(g_range, path):
-    """(-8, 0) and (-20, -5) decay past e^-40 within a chunk: A and P take the exact path there."""
+    """(-8, 0) and (-20, -5) decay past e^-40 within a chunk: A and P take steep_a_p there."""
     x, s0 = make_inputs(1, 513, 4, device="cuda", state_n=1, g_range=g_range, seed=11)
     _check(x, s0, route="chunk", tuning=path)
 
