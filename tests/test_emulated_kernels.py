@@ -152,6 +152,24 @@ def test_state_pool(kernels, route):
     assert torch.equal(after[[0, 2, 3, 5]], untouched)  # slots no sequence names are left as they were
 
 
+@pytest.mark.parametrize("route", ["direct", "chunk"])
+def test_v_first_pool_with_a_sequence_without_state(kernels, route):
+    """Slot -1: the sequence starts from zero and its end state goes nowhere; the pool's other slots stay."""
+    lengths = (40, 7, 100) if route == "chunk" else (20, 7, 30)
+    x, _, cu = random_inputs(1, 0, 2, lengths=lengths, seed=9)
+    pool = torch.randn(5, 2, 128, 128, generator=torch.Generator().manual_seed(5)) * 0.5  # V-first: [V, K]
+    slots = torch.tensor([3, -1, 0], dtype=torch.int32)
+    starts = torch.stack([pool[3], torch.zeros(2, 128, 128), pool[0]]).transpose(-1, -2)  # as [K, V]
+    q, k, v, g, beta = (x[n] for n in ("q", "k", "v", "g", "beta"))
+    ref_o, ref_s = kda_recurrent(q, k, v, g, beta, initial_state=starts, cu_seqlens=cu)
+    after = pool.clone()
+    o, _ = kernels().run(route, q, k, v, g, beta, initial_state=after, cu_seqlens=cu, state_v_first=True,
+                         state_indices=slots)  # fmt: skip
+    assert error_ratio(ref_o, o) < ERROR_LIMIT
+    assert error_ratio(ref_s[[0, 2]], after[[3, 0]].transpose(-1, -2)) < ERROR_LIMIT
+    assert torch.equal(after[[1, 2, 4]], pool[[1, 2, 4]])
+
+
 def test_varlen_lower_bound_configuration(kernels):
     lengths = [300, 17, 600, 83]
     x, A_log, dt_bias = raw_inputs(0, 2, "init", lengths=lengths)
@@ -173,6 +191,25 @@ def test_every_recurrence_shape_the_chunk_route_builds(kernels, warps, stages):
 def test_varlen_walks_longest_first_when_they_outnumber_the_sms(kernels):
     x, s0, cu = random_inputs(1, 0, 2, lengths=[40, 300, 5, 129, 77], with_state=True, cu_dtype=torch.int64)
     assert max(errors(kernels, "chunk", x, sms=2, initial_state=s0, cu_seqlens=cu)) < ERROR_LIMIT
+
+
+@pytest.mark.parametrize(
+    ("route", "lengths", "every", "dtype", "v_first"),
+    [("chunk", None, 32, torch.float32, False), ("chunk", [40, 7, 100], 48, torch.bfloat16, True),
+     ("direct", None, 16, torch.float32, True)],
+)  # fmt: skip
+def test_checkpoints(kernels, route, lengths, every, dtype, v_first):
+    """Prefix checkpoints: every sequence's state before tokens 0, C, 2C, ... (fp32 or bf16, K- or V-first)."""
+    x, s0, cu = random_inputs(2, 40 if route == "direct" else 100, 2, lengths=lengths, with_state=True)
+    q, k, v, g, beta = (x[n] for n in ("q", "k", "v", "g", "beta"))
+    ref_o, ref_s, ref_c = kda_recurrent(q, k, v, g, beta, initial_state=s0, cu_seqlens=cu, checkpoint_every=every)
+    init = s0.transpose(-1, -2).contiguous() if v_first else s0
+    o, s, c = kernels().run(route, q, k, v, g, beta, initial_state=init, cu_seqlens=cu, state_v_first=v_first,
+                            checkpoint_every=every, checkpoint_dtype=dtype)  # fmt: skip
+    assert c.dtype == dtype and c.shape[0] == ref_c.shape[0]
+    if v_first:
+        c, s = c.transpose(-1, -2), s.transpose(-1, -2)
+    assert max(error_ratio(ref_o, o), error_ratio(ref_s, s), error_ratio(ref_c, c)) < ERROR_LIMIT
 
 
 # --- the cases that broke other kernels (tests/test_kda_fused_gpu.py runs them on the GPU) -----------

@@ -41,11 +41,13 @@ class EmulatedKernels:
 
     def run(self, route: str, q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None,
             fused: Fused = NONE, A_log=None, dt_bias=None, state_v_first=False, tuning: Tuning = AUTO,
-            state_indices=None, segment_chunks=None):  # fmt: skip
+            state_indices=None, segment_chunks=None, checkpoint_every=0, checkpoint_dtype=torch.float32):  # fmt: skip
         """(o, final state) of one call of ``route`` on contiguous CPU tensors shaped as kdactl.kda's
         (q, k [B,T,Hq,K], v [B,T,H,V], g [B,T,H,K], beta [B,T,H]); with ``state_indices`` the
-        initial state is a pool, updated in place and returned as the final state. Raises
-        RuntimeError with the library's message when the launcher returns an error."""
+        initial state is a pool, updated in place and returned as the final state; with
+        ``checkpoint_every`` a third item, every sequence's state before tokens 0, C, 2C, ...,
+        sequence after sequence ([rows, H, *state]). Raises RuntimeError with the library's message
+        when the launcher returns an error."""
         p = KdaProblem.of(q, v, g, beta, cu_seqlens, state_v_first)
         route_id = ROUTE_IDS[route]
         if segment_chunks is None:
@@ -59,6 +61,11 @@ class EmulatedKernels:
         else:
             final = torch.full((p.num_seqs, H, *state_shape), float("nan"))
         keep = [q, k, v, g, beta, o, final]
+        checkpoints = None
+        if checkpoint_every:
+            lengths = cu_seqlens.diff().tolist() if cu_seqlens is not None else [T] * B
+            rows = sum(-(-int(n) // checkpoint_every) for n in lengths)
+            checkpoints = torch.full((rows, H, *state_shape), float("nan"), dtype=checkpoint_dtype)
         args = KdaArgs(
             q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), g=g.data_ptr(), beta=beta.data_ptr(), o=o.data_ptr(),
             final_state=final.data_ptr(), batch=p.num_seqs, seqlen=p.seqlen, heads=p.heads, key_dim=K, value_dim=V,
@@ -68,8 +75,10 @@ class EmulatedKernels:
             gate_mode=fused.gate_mode, lower_bound=fused.lower_bound, qkv_fp16=int(q.dtype == torch.float16),
             state_v_first=int(state_v_first), varlen=int(cu_seqlens is not None),
         )  # fmt: skip
+        if checkpoints is not None:
+            args.checkpoint_every, args.checkpoint_dtype = checkpoint_every, DTYPE_CODES[checkpoint_dtype]
         for name, x in (("initial_state", initial_state), ("cu_seqlens", cu_seqlens), ("A_log", A_log),
-                        ("dt_bias", dt_bias), ("state_indices", state_indices)):  # fmt: skip
+                        ("dt_bias", dt_bias), ("state_indices", state_indices), ("checkpoints", checkpoints)):  # fmt: skip
             if x is not None:
                 setattr(args, name, x.data_ptr())
                 keep.append(x)
@@ -87,4 +96,4 @@ class EmulatedKernels:
         rc = launcher(ctypes.byref(args), None)
         if rc:
             raise RuntimeError(f"route {route}: {self.lib.kdactl_error_string(rc).decode()} (code {rc})")
-        return o, final
+        return (o, final) if checkpoints is None else (o, final, checkpoints)
