@@ -322,6 +322,8 @@ FAULTS = {
     # lanes go on to overwrite N while others still read it
     "missing __syncwarp": ("__syncwarp();  // every lane has read N", "", "plain"),
     # a chunk map bounded per key channel (max eG alone), without the rank-1 terms
+    # the recurrence's ring waits for one chunk's copies too few: it reads a stage still in flight
+    "ring one stage short": ("cp_async_wait<STAGES - 2>();", "cp_async_wait<STAGES - 1>();", "plain"),
     "bound per channel": ("log2f((eg_max + terms) * kBoundMargin)", "log2f(eg_max * kBoundMargin)", "carried"),
     # steep_a_p without the pairs parted at level 1 of the halving
     "steep level dropped": (

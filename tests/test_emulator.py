@@ -65,6 +65,12 @@ def test_misaligned_cp_async_is_a_launch_failure(controls, capfd):
     assert "not 16-byte aligned" in capfd.readouterr().err
 
 
+def test_a_cp_async_lands_at_its_wait(controls):
+    src, out = torch.full((4,), 7.0), torch.zeros(2)
+    assert controls.emu_control_cp_async_order(ctypes.c_void_p(src.data_ptr()), ctypes.c_void_p(out.data_ptr())) == 0
+    assert out.tolist() == [-1.0, 7.0]  # a read before the wait sees what was there
+
+
 def test_trap_is_a_launch_failure(controls, capfd):
     assert controls.emu_control_trap() == LAUNCH_FAILURE
     assert "__trap() in kernel" in capfd.readouterr().err

@@ -1,7 +1,8 @@
 // Planted faults and one product for the emulator's own tests (tests/test_emulator.py): each entry
 // launches one small kernel and returns the launch's status, so that a test can see that the
 // emulator reports what the GPU would (a deadlock, a misaligned cp.async, a __trap, lanes of a warp
-// at different collectives) and that its ldmatrix and mma agree with a plain matrix product.
+// at different collectives), lands a cp.async only at its wait, and that its ldmatrix and mma agree
+// with a plain matrix product.
 #include "device.cuh"
 
 namespace {
@@ -19,6 +20,17 @@ __global__ void misaligned_cp_async_kernel(const float* src) {
   __shared__ __align__(16) float dst[8];
   kdactl::cp_async16(dst, src + 1);  // 4 bytes past a 16-byte boundary
   kdactl::cp_async_wait_all();
+}
+
+// What a thread reads of a cp.async's destination before and after the wait that covers it.
+__global__ void cp_async_order_kernel(const float* src, float* out) {
+  __shared__ __align__(16) float dst[4];
+  dst[0] = -1.f;
+  kdactl::cp_async16(dst, src);
+  kdactl::cp_async_commit();
+  out[0] = dst[0];  // not yet waited for: still -1
+  kdactl::cp_async_wait_all();
+  out[1] = dst[0];
 }
 
 __global__ void trap_kernel() {
@@ -60,6 +72,10 @@ extern "C" int emu_control_deadlock() {
 }
 extern "C" int emu_control_misaligned_cp_async(const float* src) {
   misaligned_cp_async_kernel<<<1, 32>>>(src);
+  return (int)cudaGetLastError();
+}
+extern "C" int emu_control_cp_async_order(const float* src, float* out) {
+  cp_async_order_kernel<<<1, 32>>>(src, out);
   return (int)cudaGetLastError();
 }
 extern "C" int emu_control_trap() {

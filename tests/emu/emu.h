@@ -8,7 +8,8 @@
 // collective: __syncwarp, shuffles, votes, mma, ldmatrix), where it waits until every thread the
 // barrier expects has arrived. The last to arrive performs a warp collective for all its lanes.
 // So a kernel computes what the GPU would wherever its threads synchronize as CUDA requires; a block
-// whose threads cannot all reach their barriers is reported as a deadlock, and a misaligned cp.async
+// whose threads cannot all reach their barriers is reported as a deadlock; a cp.async lands only at the
+// wait that covers it (so a missing wait or commit shows); and a misaligned cp.async
 // or ldmatrix, a __trap, or a launch the GPU would refuse (too much shared memory without the
 // attribute, too many threads, a grid dimension too large) as the launch's error. Dynamic shared
 // memory starts as 0xff bytes (NaN in every float type), so reading it before writing shows.
@@ -37,6 +38,13 @@ dim3 block_dim();
 dim3 grid_dim();
 void* dynamic_smem();
 [[noreturn]] void trap(const char* why);
+
+// cp.async as the PTX ISA orders it: a copy is performed only once a cp.async.wait_group covers the
+// group its thread committed it in, so a read before that wait (or of a copy never committed) sees
+// what the memory held before.
+void cp_async(void* dst, const void* src, int bytes);
+void cp_async_commit();
+void cp_async_wait(int newest_pending);
 
 void syncthreads();
 void named_barrier(int id, int threads);

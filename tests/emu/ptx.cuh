@@ -12,28 +12,27 @@
 
 namespace kdactl {
 
-// ---- cp.async: copies at once (a missing wait cannot show here; racecheck on the GPU finds it) ----
+// ---- cp.async: performed at the wait that covers its group (emu.h) ------------------------------
 inline void check_aligned16(const void* p, const char* what) {
   if (reinterpret_cast<uintptr_t>(p) % 16) ::emu::trap(what);
 }
 inline void cp_async16(void* smem, const void* gmem) {
   check_aligned16(smem, "cp.async: shared address not 16-byte aligned");
   check_aligned16(gmem, "cp.async: global address not 16-byte aligned");
-  memcpy(smem, gmem, 16);
+  ::emu::cp_async(smem, gmem, 16);
 }
 inline void cp_async16_zfill(void* smem, const void* gmem, int bytes) {
   check_aligned16(smem, "cp.async: shared address not 16-byte aligned");
   if (bytes < 0 || bytes > 16) ::emu::trap("cp.async: src-size outside 0..16");
-  if (bytes > 0) {
-    check_aligned16(gmem, "cp.async: global address not 16-byte aligned");
-    memcpy(smem, gmem, bytes);
-  }
-  memset(static_cast<char*>(smem) + bytes, 0, 16 - bytes);
+  if (bytes > 0) check_aligned16(gmem, "cp.async: global address not 16-byte aligned");
+  ::emu::cp_async(smem, gmem, bytes);
 }
-inline void cp_async_commit() {}
-inline void cp_async_wait_all() {}
+inline void cp_async_commit() { ::emu::cp_async_commit(); }
+inline void cp_async_wait_all() { ::emu::cp_async_wait(0); }
 template <int N>
-inline void cp_async_wait() {}
+inline void cp_async_wait() {
+  ::emu::cp_async_wait(N);
+}
 
 template <int THREADS>
 inline void sync_first() {

@@ -26,11 +26,20 @@ constexpr int kMaxThreads = 1024;
 constexpr int kSmemOptin = 232448;  // H200: 227 KB per block with the attribute
 constexpr int kSmemDefault = 48 << 10;
 
+// A cp.async not yet performed: its source is read when a wait covers its group.
+struct AsyncCopy {
+  void* dst;
+  const void* src;
+  int bytes;  // of 16; the rest is zero-filled
+};
+
 struct Fiber {
   ucontext_t ctx;
   Thread t;
   bool done = false;
   char* stack = nullptr;
+  std::vector<AsyncCopy> open;                 // issued since the last commit
+  std::deque<std::vector<AsyncCopy>> groups;  // committed, oldest first
 };
 
 // Threads wait here until `expected` of them have arrived; the last one releases them.
@@ -225,6 +234,25 @@ void trap(const char* why) {
               std::to_string(t.block_idx.y) + "," + std::to_string(t.block_idx.z) + ")";
   swapcontext(&b.current->ctx, &b.scheduler);
   abort();  // the scheduler never resumes a trapped thread
+}
+
+void cp_async(void* dst, const void* src, int bytes) { g_block->current->open.push_back({dst, src, bytes}); }
+
+void cp_async_commit() {
+  Fiber& f = *g_block->current;
+  f.groups.push_back(std::move(f.open));
+  f.open.clear();
+}
+
+void cp_async_wait(int newest_pending) {
+  Fiber& f = *g_block->current;
+  while (static_cast<int>(f.groups.size()) > newest_pending) {
+    for (const AsyncCopy& c : f.groups.front()) {
+      if (c.bytes > 0) memcpy(c.dst, c.src, c.bytes);
+      memset(static_cast<char*>(c.dst) + c.bytes, 0, 16 - c.bytes);
+    }
+    f.groups.pop_front();
+  }
 }
 
 void syncthreads() { arrive(0, g_block->live); }
