@@ -320,9 +320,9 @@ FAULTS = {
     "operand layout": ("ldmatrix_x4_trans(av, &st.v[lr][vw + lc]);", "ldmatrix_x4(av, &st.v[lr][vw + lc]);", "plain"),
     # lanes go on to overwrite N while others still read it
     "missing __syncwarp": ("__syncwarp();  // every lane has read N", "", "plain"),
-    # a chunk map bounded per key channel (max eG alone), without the rank-1 terms
     # the recurrence's ring waits for one chunk's copies too few: it reads a stage still in flight
     "ring one stage short": ("cp_async_wait<STAGES - 2>();", "cp_async_wait<STAGES - 1>();", "plain"),
+    # a chunk map bounded per key channel (max eG alone), without the rank-1 terms
     "bound per channel": ("log2f((eg_max + terms) * kBoundMargin)", "log2f(eg_max * kBoundMargin)", "carried"),
 }
 
