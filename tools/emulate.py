@@ -30,7 +30,7 @@ from kdactl.kernel_abi import BETA_SIGMOID, GATE_LOWER_BOUND, GATE_SOFTPLUS  # n
 from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent  # noqa: E402
 from tests.emu.build import build, cuda_includes  # noqa: E402
 from tests.emu.kernels import FORWARD, REVERSE, EmulatedKernels  # noqa: E402
-from tests.test_emulated_kernels import raw_inputs  # noqa: E402
+from tests.kda_inputs import raw_inputs  # noqa: E402
 
 CONFIGS = {
     "plain": None,
