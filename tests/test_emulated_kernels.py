@@ -16,7 +16,6 @@ import shutil
 import pytest
 import torch
 
-from kdactl.bench.candidates import gate_params
 from kdactl.kda.fused import Fused
 from kdactl.kda.inputs import cu_seqlens_of, random_inputs
 from kdactl.kda.problem import KdaProblem
@@ -26,7 +25,7 @@ from kdactl.kernel_abi import BETA_SIGMOID, GATE_LOWER_BOUND, GATE_SOFTPLUS
 from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent
 from tests.emu.build import build, cuda_includes
 from tests.emu.kernels import FORWARD, REVERSE, EmulatedKernels
-from tests.kda_inputs import EDGE_CASES, bend_to_edge, carried_history_inputs
+from tests.kda_inputs import EDGE_CASES, bend_to_edge, carried_history_inputs, raw_inputs
 
 LOWER_BOUND = Fused(qk_l2norm=True, beta_mode=BETA_SIGMOID, gate_mode=GATE_LOWER_BOUND, lower_bound=-5.0)
 SOFTPLUS = Fused(qk_l2norm=True, beta_mode=BETA_SIGMOID, gate_mode=GATE_SOFTPLUS)
@@ -56,23 +55,6 @@ def kernels(library):
         return made[sms, schedule]
 
     return of
-
-
-def raw_inputs(T, H, draw, *, K=128, lengths=None, fp16=False, seed=0):
-    """Raw projections as an engine passes them with fused transforms, gate parameters of ``draw``."""
-    B = 1
-    if lengths is not None:
-        T = sum(lengths)
-    gen = torch.Generator().manual_seed(seed)
-    dtype = torch.float16 if fp16 else torch.bfloat16
-
-    def randn(*size):
-        return torch.randn(*size, generator=gen)
-
-    x = dict(q=randn(B, T, H, K).to(dtype), k=randn(B, T, H, K).to(dtype), v=randn(B, T, H, K).to(dtype),
-             g=randn(B, T, H, K).to(torch.bfloat16), beta=randn(B, T, H).to(torch.bfloat16))  # fmt: skip
-    A_log, dt_bias = gate_params(draw, H, K, gen, "cpu")
-    return x, A_log, dt_bias
 
 
 def errors(kernels, route, x, *, sms=132, fused=None, A_log=None, dt_bias=None, initial_state=None,
