@@ -6,7 +6,7 @@ import torch
 
 from kdactl.kda.inputs import cu_seqlens_of, random_inputs
 
-__all__ = ["EDGE_CASES", "bend_to_edge", "carried_history_inputs", "cu_seqlens_of", "make_inputs"]
+__all__ = ["EDGE_CASES", "bend_to_edge", "carried_history_inputs", "cu_seqlens_of", "make_inputs", "raw_inputs"]
 
 
 def make_inputs(B, T, H, K=128, V=128, *, device="cpu", g_dtype=torch.float32, beta_dtype=torch.float32,
@@ -71,3 +71,23 @@ def bend_to_edge(case: str, x: dict, A_log: torch.Tensor, dt_bias: torch.Tensor)
     else:
         raise ValueError(f"no edge case {case!r}")
     return "softplus" if case in ("identical-keys", "steep-softplus") else "bound"
+
+
+def raw_inputs(T, H, draw, *, K=128, lengths=None, fp16=False, seed=0):
+    """Raw projections as an engine passes them with fused transforms (B = 1; ``lengths``: a varlen
+    batch), on the CPU, gate parameters drawn as kdactl.bench's ``draw`` (test, init, flashkda)."""
+    from kdactl.bench.candidates import gate_params
+
+    B = 1
+    if lengths is not None:
+        T = sum(lengths)
+    gen = torch.Generator().manual_seed(seed)
+    dtype = torch.float16 if fp16 else torch.bfloat16
+
+    def randn(*size):
+        return torch.randn(*size, generator=gen)
+
+    x = dict(q=randn(B, T, H, K).to(dtype), k=randn(B, T, H, K).to(dtype), v=randn(B, T, H, K).to(dtype),
+             g=randn(B, T, H, K).to(torch.bfloat16), beta=randn(B, T, H).to(torch.bfloat16))  # fmt: skip
+    A_log, dt_bias = gate_params(draw, H, K, gen, "cpu")
+    return x, A_log, dt_bias

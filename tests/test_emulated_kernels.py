@@ -16,7 +16,6 @@ import shutil
 import pytest
 import torch
 
-from kdactl.bench.candidates import gate_params
 from kdactl.kda.fused import Fused
 from kdactl.kda.inputs import cu_seqlens_of, random_inputs
 from kdactl.kda.problem import KdaProblem
@@ -26,7 +25,7 @@ from kdactl.kernel_abi import BETA_SIGMOID, GATE_LOWER_BOUND, GATE_SOFTPLUS
 from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent
 from tests.emu.build import build, cuda_includes
 from tests.emu.kernels import FORWARD, REVERSE, EmulatedKernels
-from tests.kda_inputs import EDGE_CASES, bend_to_edge, carried_history_inputs
+from tests.kda_inputs import EDGE_CASES, bend_to_edge, carried_history_inputs, raw_inputs
 
 LOWER_BOUND = Fused(qk_l2norm=True, beta_mode=BETA_SIGMOID, gate_mode=GATE_LOWER_BOUND, lower_bound=-5.0)
 SOFTPLUS = Fused(qk_l2norm=True, beta_mode=BETA_SIGMOID, gate_mode=GATE_SOFTPLUS)
@@ -56,23 +55,6 @@ def kernels(library):
         return made[sms, schedule]
 
     return of
-
-
-def raw_inputs(T, H, draw, *, K=128, lengths=None, fp16=False, seed=0):
-    """Raw projections as an engine passes them with fused transforms, gate parameters of ``draw``."""
-    B = 1
-    if lengths is not None:
-        T = sum(lengths)
-    gen = torch.Generator().manual_seed(seed)
-    dtype = torch.float16 if fp16 else torch.bfloat16
-
-    def randn(*size):
-        return torch.randn(*size, generator=gen)
-
-    x = dict(q=randn(B, T, H, K).to(dtype), k=randn(B, T, H, K).to(dtype), v=randn(B, T, H, K).to(dtype),
-             g=randn(B, T, H, K).to(torch.bfloat16), beta=randn(B, T, H).to(torch.bfloat16))  # fmt: skip
-    A_log, dt_bias = gate_params(draw, H, K, gen, "cpu")
-    return x, A_log, dt_bias
 
 
 def errors(kernels, route, x, *, sms=132, fused=None, A_log=None, dt_bias=None, initial_state=None,
@@ -321,9 +303,9 @@ FAULTS = {
     "operand layout": ("ldmatrix_x4_trans(av, &st.v[lr][vw + lc]);", "ldmatrix_x4(av, &st.v[lr][vw + lc]);", "plain"),
     # lanes go on to overwrite N while others still read it
     "missing __syncwarp": ("__syncwarp();  // every lane has read N", "", "plain"),
-    # a chunk map bounded per key channel (max eG alone), without the rank-1 terms
     # the recurrence's ring waits for one chunk's copies too few: it reads a stage still in flight
     "ring one stage short": ("cp_async_wait<STAGES - 2>();", "cp_async_wait<STAGES - 1>();", "plain"),
+    # a chunk map bounded per key channel (max eG alone), without the rank-1 terms
     "bound per channel": ("log2f((eg_max + terms) * kBoundMargin)", "log2f(eg_max * kBoundMargin)", "carried"),
     # steep_a_p without the pairs parted at level 1 of the halving
     "steep level dropped": (
