@@ -7,6 +7,7 @@ outputs keep their bits when the threads between barriers run in reverse and shu
     python3 tools/emulate.py 1,1000,2                                   # plain, chunk
     python3 tools/emulate.py --routes chunk,small_bh --sms 16 --config lower-bound --gate-params flashkda 1,1000,2
     python3 tools/emulate.py --config softplus --gate-params test --fp16 --schedules 1,1000,2
+    python3 tools/emulate.py --fla-gate-case   # fla's fp16 softplus GVA draw (B3 T1000, 2 q/k heads for 8)
 
 Shapes are B,T,H (K = V = --dim). Needs nvcc (for the toolkit's headers) and a host C++ compiler.
 """
@@ -40,9 +41,28 @@ CONFIGS = {
 SHUFFLED = 7
 
 
+def fla_gate_case():
+    """(inputs, h0, fused, A_log, dt_bias, scale) of fla's fp16 softplus-gate test with grouped values,
+    drawn as tests/test_kda_fused_gpu.py's test_fp16_final_state_within_flas_tolerance draws it (on the CPU)."""
+    gen = torch.Generator().manual_seed(42)
+    B, T, H, HV, D = 3, 1000, 2, 8, 128
+    q, k = (torch.rand(B, T, H, D, generator=gen).half() for _ in range(2))
+    v = torch.rand(B, T, HV, D, generator=gen).half()
+    beta = torch.rand(B, T, HV, generator=gen).half().sigmoid()
+    g = torch.randn(B, T, HV, D, generator=gen)
+    A_log = torch.empty(HV).uniform_(1, 16, generator=gen).log()
+    h0 = torch.randn(B, HV, D, D, generator=gen)
+    fused = Fused(qk_l2norm=True, gate_mode=GATE_SOFTPLUS)
+    return dict(q=q, k=k, v=v, g=g, beta=beta), h0, fused, A_log, None, 1.0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("shape", help="B,T,H")
+    ap.add_argument("shape", nargs="?", default="1,1000,2", help="B,T,H")
+    ap.add_argument("--fla-gate-case", action="store_true",
+                    help="fla's test_fused_recurrent_gate_in_kernel[B3-T1000-H2-HV8-D128-float16] draw instead: "
+                         "fp16 q, k, v, 2 q/k heads for 8 value heads, l2norm, the softplus gate from A_log = "
+                         "log U(1, 16), scale 1, h0 ~ N(0, 1) (fla holds o to 2e-3)")  # fmt: skip
     ap.add_argument("--routes", default="chunk", help="comma-separated: direct, chunk, small_bh")
     ap.add_argument("--config", choices=list(CONFIGS), default="plain")
     ap.add_argument("--gate-params", default="init", help="the fused gates' draw: test, init or flashkda")
@@ -65,7 +85,12 @@ def main() -> int:
     lib = build(csrc_dir(), cuda_includes(nvcc), args.cache)
     print(f"library {lib.name} ({time.monotonic() - t0:.1f} s)")
 
-    if fused is None:
+    scale = None
+    if args.fla_gate_case:
+        x, s0, fused, A_log, dt_bias, scale = fla_gate_case()
+        B, T, H = x["v"].shape[:3]
+        rq, rk, rg, rb = fused_inputs(x["q"], x["k"], x["v"], x["g"], x["beta"], fused, A_log)
+    elif fused is None:
         lo, hi = (float(x) for x in args.g_range.split(","))
         x, s0, _ = random_inputs(B, T, H, args.dim, args.dim, with_state=True, g_range=(lo, hi))
         A_log = dt_bias = None
@@ -77,7 +102,7 @@ def main() -> int:
         x, A_log, dt_bias = raw_inputs(T, H, args.gate_params, K=args.dim, fp16=args.fp16)
         s0 = None
         rq, rk, rg, rb = fused_inputs(x["q"], x["k"], x["v"], x["g"], x["beta"], fused, A_log, dt_bias)
-    ref_o, ref_s = kda_recurrent(rq, rk, x["v"], rg, rb, initial_state=s0)
+    ref_o, ref_s = kda_recurrent(rq, rk, x["v"], rg, rb, initial_state=s0, scale=scale)
     init = s0.transpose(-1, -2).contiguous() if (s0 is not None and args.v_first) else s0
     plan = small_bh_plan(
         KdaProblem(B, T, H, args.dim, args.dim, B, False, 0, 0), DeviceInfo(args.sms, (9, 0), "sm_90a")
@@ -89,7 +114,7 @@ def main() -> int:
         for schedule in schedules:
             t = time.monotonic()
             kernels = EmulatedKernels(lib, args.sms, schedule)
-            runs.append(kernels.run(route, **x, fused=fused or Fused(), A_log=A_log, dt_bias=dt_bias,
+            runs.append(kernels.run(route, **x, scale=scale, fused=fused or Fused(), A_log=A_log, dt_bias=dt_bias,
                                     initial_state=None if init is None else init.clone(), state_v_first=args.v_first))  # fmt: skip
             took = time.monotonic() - t
         o, s = runs[0]
