@@ -6,7 +6,15 @@ import torch
 
 from kdactl.kda.inputs import cu_seqlens_of, random_inputs
 
-__all__ = ["EDGE_CASES", "bend_to_edge", "carried_history_inputs", "cu_seqlens_of", "make_inputs", "raw_inputs"]
+__all__ = [
+    "EDGE_CASES",
+    "bend_to_edge",
+    "carried_history_inputs",
+    "cu_seqlens_of",
+    "fla_gate_case",
+    "make_inputs",
+    "raw_inputs",
+]
 
 
 def make_inputs(B, T, H, K=128, V=128, *, device="cpu", g_dtype=torch.float32, beta_dtype=torch.float32,
@@ -91,3 +99,21 @@ def raw_inputs(T, H, draw, *, K=128, lengths=None, fp16=False, seed=0):
              g=randn(B, T, H, K).to(torch.bfloat16), beta=randn(B, T, H).to(torch.bfloat16))  # fmt: skip
     A_log, dt_bias = gate_params(draw, H, K, gen, "cpu")
     return x, A_log, dt_bias
+
+
+def fla_gate_case():
+    """(inputs, h0, fused, A_log, dt_bias, scale) of fla's test_fused_recurrent_gate_in_kernel
+    [B3-T1000-H2-HV8-D128-float16] draw, on the CPU: fp16 q, k, v (2 q/k heads for 8 value heads),
+    l2norm, the softplus gate from A_log = log U(1, 16) without dt_bias, scale 1, h0 ~ N(0, 1)."""
+    from kdactl.kda.fused import GATE_SOFTPLUS, Fused
+
+    gen = torch.Generator().manual_seed(42)
+    B, T, H, HV, D = 3, 1000, 2, 8, 128
+    q, k = (torch.rand(B, T, H, D, generator=gen).half() for _ in range(2))
+    v = torch.rand(B, T, HV, D, generator=gen).half()
+    beta = torch.rand(B, T, HV, generator=gen).half().sigmoid()
+    g = torch.randn(B, T, HV, D, generator=gen)
+    A_log = torch.empty(HV).uniform_(1, 16, generator=gen).log()
+    h0 = torch.randn(B, HV, D, D, generator=gen)
+    fused = Fused(qk_l2norm=True, gate_mode=GATE_SOFTPLUS)
+    return dict(q=q, k=k, v=v, g=g, beta=beta), h0, fused, A_log, None, 1.0

@@ -31,7 +31,7 @@ from kdactl.kernel_abi import BETA_SIGMOID, GATE_LOWER_BOUND, GATE_SOFTPLUS  # n
 from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent  # noqa: E402
 from tests.emu.build import build, cuda_includes  # noqa: E402
 from tests.emu.kernels import FORWARD, REVERSE, EmulatedKernels  # noqa: E402
-from tests.kda_inputs import raw_inputs  # noqa: E402
+from tests.kda_inputs import fla_gate_case, raw_inputs  # noqa: E402
 
 CONFIGS = {
     "plain": None,
@@ -39,21 +39,6 @@ CONFIGS = {
     "softplus": Fused(qk_l2norm=True, beta_mode=BETA_SIGMOID, gate_mode=GATE_SOFTPLUS),
 }
 SHUFFLED = 7
-
-
-def fla_gate_case():
-    """(inputs, h0, fused, A_log, dt_bias, scale) of fla's fp16 softplus-gate test with grouped values,
-    drawn as tests/test_kda_fused_gpu.py's test_fp16_final_state_within_flas_tolerance draws it (on the CPU)."""
-    gen = torch.Generator().manual_seed(42)
-    B, T, H, HV, D = 3, 1000, 2, 8, 128
-    q, k = (torch.rand(B, T, H, D, generator=gen).half() for _ in range(2))
-    v = torch.rand(B, T, HV, D, generator=gen).half()
-    beta = torch.rand(B, T, HV, generator=gen).half().sigmoid()
-    g = torch.randn(B, T, HV, D, generator=gen)
-    A_log = torch.empty(HV).uniform_(1, 16, generator=gen).log()
-    h0 = torch.randn(B, HV, D, D, generator=gen)
-    fused = Fused(qk_l2norm=True, gate_mode=GATE_SOFTPLUS)
-    return dict(q=q, k=k, v=v, g=g, beta=beta), h0, fused, A_log, None, 1.0
 
 
 def main() -> int:
