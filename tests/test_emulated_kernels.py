@@ -24,7 +24,7 @@ from kdactl.kda.tuning import Tuning
 from kdactl.kernel_abi import BETA_SIGMOID, GATE_LOWER_BOUND, GATE_SOFTPLUS
 from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent
 from tests.emu.build import build, cuda_includes
-from tests.emu.kernels import FORWARD, REVERSE, EmulatedKernels
+from tests.emu.kernels import FORWARD, REVERSE, SMALL_SMEM_OPTIN, EmulatedKernels
 from tests.kda_inputs import EDGE_CASES, bend_to_edge, carried_history_inputs, fla_gate_case, raw_inputs
 
 LOWER_BOUND = Fused(qk_l2norm=True, beta_mode=BETA_SIGMOID, gate_mode=GATE_LOWER_BOUND, lower_bound=-5.0)
@@ -168,6 +168,15 @@ def test_every_recurrence_shape_the_chunk_route_builds(kernels, warps, stages):
     ref_o, ref_s = kda_recurrent(q, k, v, g, beta, initial_state=s0)
     o, s = kernels().run("chunk", q, k, v, g, beta, initial_state=s0.clone(), tuning=Tuning(warps=warps, stages=stages))
     assert max(error_ratio(ref_o, o), error_ratio(ref_s, s)) < ERROR_LIMIT
+
+
+@pytest.mark.parametrize("route", ["chunk", "small_bh"])
+def test_a_device_with_99_kb_of_shared_memory_per_block(library, route):
+    """sm_86/89/120 parts: the chunk route's 8-stage ring falls back to 4 stages (a launch past the
+    device's shared memory fails in the emulator as on the GPU); small_bh's planned shape fits."""
+    small = EmulatedKernels(library, FEW_SMS, smem_optin=SMALL_SMEM_OPTIN)
+    x, s0, _ = random_inputs(1, 300, 2, with_state=True, g_range=(-0.05, 0.0))
+    assert max(errors(lambda *_: small, route, x, initial_state=s0)) < ERROR_LIMIT
 
 
 def test_varlen_walks_longest_first_when_they_outnumber_the_sms(kernels):

@@ -21,19 +21,21 @@ from kdactl.kernel_abi import ROUTE_IDS, KdaArgs
 # Orders of threads between barriers (tests/emu/runtime.cpp): by index, reversed, or shuffled from a
 # seed >= 2. A kernel free of races computes the same bits under each.
 FORWARD, REVERSE = 0, 1
+H200_SMEM_OPTIN = 232448  # shared memory per block with the attribute: 227 KB (sm_90, sm_100)
+SMALL_SMEM_OPTIN = 101376  # 99 KB: sm_86, sm_89, sm_120
 
 
 class EmulatedKernels:
-    """The emulated library of one SM count and schedule."""
+    """The emulated library of one SM count, schedule and shared memory per block."""
 
-    def __init__(self, library: Path, sms: int = 132, schedule: int = FORWARD):
-        copy = library.with_name(f"{library.stem}-sms{sms}-schedule{schedule}.so")
+    def __init__(self, library: Path, sms: int = 132, schedule: int = FORWARD, smem_optin: int = H200_SMEM_OPTIN):
+        copy = library.with_name(f"{library.stem}-sms{sms}-schedule{schedule}-smem{smem_optin}.so")
         if not copy.exists():
             tmp = copy.with_suffix(".tmp")
             shutil.copy(library, tmp)
             tmp.rename(copy)
         self.lib = ctypes.CDLL(str(copy))
-        self.lib.kdactl_emu_configure(ctypes.c_int(sms), ctypes.c_int(schedule))
+        self.lib.kdactl_emu_configure(ctypes.c_int(sms), ctypes.c_int(schedule), ctypes.c_int(smem_optin))
         self.lib.kdactl_kda_workspace_bytes.argtypes = [ctypes.POINTER(KdaArgs), ctypes.c_int,
                                                         ctypes.POINTER(ctypes.c_uint64)]  # fmt: skip
         self.lib.kdactl_error_string.restype = ctypes.c_char_p

@@ -1,8 +1,8 @@
 // The emulator's runtime (emu.h says what it models): fibers for a block's threads, barriers, warp
 // collectives, launches, and the few CUDA runtime calls library.cu makes, answered for an emulated
-// H200 (compute capability 9.0, 227 KB of shared memory per block; the SM count is set per library
-// copy through kdactl_emu_configure, since the kernels plan their grids by it, with the order in
-// which threads run between barriers).
+// device of compute capability 9.0. Its SM count and shared memory per block (an H200's 132 and
+// 227 KB unless told otherwise) are set per library copy through kdactl_emu_configure, since the
+// kernels plan their grids and rings by them, with the order in which threads run between barriers.
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <sys/mman.h>
@@ -23,7 +23,6 @@ namespace {
 
 constexpr size_t kStackBytes = 256 << 10;
 constexpr int kMaxThreads = 1024;
-constexpr int kSmemOptin = 232448;  // H200: 227 KB per block with the attribute
 constexpr int kSmemDefault = 48 << 10;
 
 // A cp.async not yet performed: its source is read when a wait covers its group.
@@ -81,6 +80,7 @@ struct Block {
 Block* g_block = nullptr;
 cudaError_t g_last_error = cudaSuccess;
 int g_sms = 132;
+int g_smem_optin = 232448;  // shared memory per block with the attribute: the H200's 227 KB
 // The order in which threads released together run on (kdactl_emu_configure): 0 by thread index,
 // 1 reversed, n >= 2 shuffled from seed n. A kernel whose threads synchronize as CUDA requires
 // computes the same bits in every order; one that reads what another thread may not have written
@@ -341,8 +341,9 @@ void launch_grid(const void* kernel, dim3 grid, dim3 block, size_t smem, Body& b
 
 }  // namespace emu
 
-extern "C" void kdactl_emu_configure(int sms, int schedule) {
+extern "C" void kdactl_emu_configure(int sms, int schedule, int smem_optin) {
   emu::g_sms = sms;
+  emu::g_smem_optin = smem_optin;
   emu::g_schedule = schedule;
   emu::g_shuffle.seed(static_cast<unsigned>(schedule));
 }
@@ -373,13 +374,13 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
     case cudaDevAttrComputeCapabilityMajor: *value = 9; return cudaSuccess;
     case cudaDevAttrComputeCapabilityMinor: *value = 0; return cudaSuccess;
     case cudaDevAttrMultiProcessorCount: *value = emu::g_sms; return cudaSuccess;
-    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = emu::kSmemOptin; return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = emu::g_smem_optin; return cudaSuccess;
     default: return cudaErrorInvalidValue;
   }
 }
 
 cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
-  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > emu::kSmemOptin)
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > emu::g_smem_optin)
     return cudaErrorInvalidValue;
   for (auto& [f, bytes] : emu::g_smem_attr)
     if (f == func) {
