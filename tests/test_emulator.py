@@ -59,6 +59,12 @@ def test_deadlock_is_a_launch_failure(controls, capfd):
     assert "deadlock in kernel" in capfd.readouterr().err
 
 
+def test_threads_that_exit_are_expected_at_no_barrier(controls):
+    out = torch.zeros(64)
+    assert controls.emu_control_early_exit(ctypes.c_void_p(out.data_ptr())) == 0
+    assert out.tolist() == [1.0] * 32 + [2.0] * 32
+
+
 def test_misaligned_cp_async_is_a_launch_failure(controls, capfd):
     src = torch.zeros(16)
     assert controls.emu_control_misaligned_cp_async(ctypes.c_void_p(src.data_ptr())) == LAUNCH_FAILURE

@@ -16,6 +16,15 @@ __global__ void deadlock_kernel() {
   }
 }
 
+// Warp 1 exits at once; warp 0 meets at two __syncthreads, which then expect its 32 threads only.
+__global__ void early_exit_kernel(float* out) {
+  if (threadIdx.x >= 32) return;
+  __syncthreads();
+  out[threadIdx.x] = 1.f;
+  __syncthreads();
+  out[32 + threadIdx.x] = out[threadIdx.x] + out[31 - threadIdx.x];
+}
+
 __global__ void misaligned_cp_async_kernel(const float* src) {
   __shared__ __align__(16) float dst[8];
   kdactl::cp_async16(dst, src + 1);  // 4 bytes past a 16-byte boundary
@@ -68,6 +77,10 @@ __global__ void mma_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, float
 
 extern "C" int emu_control_deadlock() {
   deadlock_kernel<<<1, 64>>>();
+  return (int)cudaGetLastError();
+}
+extern "C" int emu_control_early_exit(float* out) {
+  early_exit_kernel<<<1, 64>>>(out);
   return (int)cudaGetLastError();
 }
 extern "C" int emu_control_misaligned_cp_async(const float* src) {

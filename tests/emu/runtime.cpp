@@ -139,12 +139,16 @@ void release(std::vector<Fiber*>& waiters, bool self_too) {
   if (self_too) swapcontext(&b.current->ctx, &b.scheduler);
 }
 
+// Barrier `id` of `expected` threads; id 0 (__syncthreads) expects every thread that has not exited,
+// however many exit while others wait (run_fiber completes it then).
 void arrive(int id, int expected) {
   Block& b = *g_block;
   Barrier& bar = b.bars[id];
-  if (bar.arrived > 0 && b.bar_expected[id] != expected) trap("threads name one barrier with two thread counts");
-  b.bar_expected[id] = expected;
-  if (++bar.arrived >= expected) {
+  if (id != 0) {
+    if (bar.arrived > 0 && b.bar_expected[id] != expected) trap("threads name one barrier with two thread counts");
+    b.bar_expected[id] = expected;
+  }
+  if (++bar.arrived >= (id == 0 ? b.live : expected)) {
     bar.arrived = 0;
     release(bar.waiters, true);
     return;
@@ -255,7 +259,7 @@ void cp_async_wait(int newest_pending) {
   }
 }
 
-void syncthreads() { arrive(0, g_block->live); }
+void syncthreads() { arrive(0, 0); }
 
 void named_barrier(int id, int threads) {
   if (id <= 0 || id >= 16 || threads % 32) trap("bar.sync: barrier id 1..15 and a multiple of 32 threads");
