@@ -77,6 +77,18 @@ def test_a_cp_async_lands_at_its_wait(controls):
     assert out.tolist() == [-1.0, 7.0]  # a read before the wait sees what was there
 
 
+def test_guards_show_a_write_past_a_buffer(controls):
+    """tests/emu/kernels.py puts every buffer of a call between guards; a write one past the end shows."""
+    from tests.emu.kernels import Guards
+
+    guards = Guards()
+    out = guards.put("out", torch.zeros(8))
+    assert controls.emu_control_write_at(ctypes.c_void_p(out.data_ptr()), 7) == 0
+    assert guards.broken() == [] and out[7] == 1.0
+    assert controls.emu_control_write_at(ctypes.c_void_p(out.data_ptr()), 8) == 0
+    assert guards.broken() == ["out"]
+
+
 def test_trap_is_a_launch_failure(controls, capfd):
     assert controls.emu_control_trap() == LAUNCH_FAILURE
     assert "__trap() in kernel" in capfd.readouterr().err

@@ -42,6 +42,11 @@ __global__ void cp_async_order_kernel(const float* src, float* out) {
   out[1] = dst[0];
 }
 
+// Thread 0 writes element `at` of out (past its end when at is its length).
+__global__ void write_at_kernel(float* out, int at) {
+  if (threadIdx.x == 0) out[at] = 1.f;
+}
+
 __global__ void trap_kernel() {
   if (threadIdx.x == 5) __trap();
 }
@@ -89,6 +94,10 @@ extern "C" int emu_control_misaligned_cp_async(const float* src) {
 }
 extern "C" int emu_control_cp_async_order(const float* src, float* out) {
   cp_async_order_kernel<<<1, 32>>>(src, out);
+  return (int)cudaGetLastError();
+}
+extern "C" int emu_control_write_at(float* out, int at) {
+  write_at_kernel<<<1, 32>>>(out, at);
   return (int)cudaGetLastError();
 }
 extern "C" int emu_control_trap() {

@@ -18,6 +18,32 @@ from kdactl.kda.routes import ROUTE_TABLE, DeviceInfo
 from kdactl.kda.tuning import AUTO, Tuning
 from kdactl.kernel_abi import ROUTE_IDS, KdaArgs
 
+GUARD = 4096  # bytes of 0xff (NaN in every float type) on either side of each buffer a call gets
+
+
+class Guards:
+    """Copies of a call's buffers, each in the middle of a buffer of 0xff bytes (NaN in every float
+    type): a read past either end brings NaN (or -1) into the call; a write there shows in `broken`."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[str, torch.Tensor] = {}
+
+    def put(self, name: str, x: torch.Tensor | None) -> torch.Tensor | None:
+        if x is None:
+            return None
+        x = x.contiguous()
+        nbytes = x.numel() * x.element_size()
+        buf = torch.full((GUARD + nbytes + GUARD,), 0xFF, dtype=torch.uint8)
+        view = buf[GUARD : GUARD + nbytes].view(x.dtype).view(x.shape)
+        view.copy_(x)
+        self.buffers[name] = buf
+        return view
+
+    def broken(self) -> list[str]:
+        """The buffers whose guards were written."""
+        return [n for n, b in self.buffers.items() if not ((b[:GUARD] == 0xFF).all() and (b[-GUARD:] == 0xFF).all())]
+
+
 # Orders of threads between barriers (tests/emu/runtime.cpp): by index, reversed, or shuffled from a
 # seed >= 2. A kernel free of races computes the same bits under each.
 FORWARD, REVERSE = 0, 1
@@ -56,18 +82,28 @@ class EmulatedKernels:
             segment_chunks = ROUTE_TABLE[route_id].segment_chunks(p, self.device)
         B, T, H, V = v.shape
         K = q.shape[-1]
-        o = torch.empty_like(v)
         state_shape = (V, K) if state_v_first else (K, V)
-        if state_indices is not None:
-            final = initial_state
-        else:
-            final = torch.full((p.num_seqs, H, *state_shape), float("nan"))
-        keep = [q, k, v, g, beta, o, final]
+        pool = initial_state if state_indices is not None else None
+        # Every buffer the call reads or writes sits between guards (what a read or write past it does shows).
+        guards = Guards()
+        q, k, v, g, beta = (guards.put(n, x) for n, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)))
+        initial_state, cu_seqlens, A_log, dt_bias, state_indices = (
+            guards.put(n, x) for n, x in (("initial_state", initial_state), ("cu_seqlens", cu_seqlens),
+                                          ("A_log", A_log), ("dt_bias", dt_bias), ("state_indices", state_indices))
+        )  # fmt: skip
+        o = guards.put("o", torch.full_like(v, float("nan")))
+        final = (
+            initial_state
+            if pool is not None
+            else guards.put("final_state", torch.full((p.num_seqs, H, *state_shape), float("nan")))
+        )
         checkpoints = None
         if checkpoint_every:
             lengths = cu_seqlens.diff().tolist() if cu_seqlens is not None else [T] * B
             rows = sum(-(-int(n) // checkpoint_every) for n in lengths)
-            checkpoints = torch.full((rows, H, *state_shape), float("nan"), dtype=checkpoint_dtype)
+            checkpoints = guards.put(
+                "checkpoints", torch.full((rows, H, *state_shape), float("nan"), dtype=checkpoint_dtype)
+            )
         args = KdaArgs(
             q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), g=g.data_ptr(), beta=beta.data_ptr(), o=o.data_ptr(),
             final_state=final.data_ptr(), batch=p.num_seqs, seqlen=p.seqlen, heads=p.heads, key_dim=K, value_dim=V,
@@ -83,7 +119,6 @@ class EmulatedKernels:
                         ("dt_bias", dt_bias), ("state_indices", state_indices), ("checkpoints", checkpoints)):  # fmt: skip
             if x is not None:
                 setattr(args, name, x.data_ptr())
-                keep.append(x)
         if cu_seqlens is not None:
             args.cu_seqlens_is_int32 = int(cu_seqlens.dtype == torch.int32)
         need = ctypes.c_uint64()
@@ -91,11 +126,17 @@ class EmulatedKernels:
         if rc:
             raise RuntimeError(f"workspace_bytes: {self.lib.kdactl_error_string(rc).decode()}")
         # NaN bytes: a workspace read before the route writes it shows in the outputs
-        workspace = torch.full((max(need.value, 1),), 0xFF, dtype=torch.uint8)
+        workspace = guards.put("workspace", torch.full((max(need.value, 1),), 0xFF, dtype=torch.uint8))
         args.workspace, args.workspace_bytes = workspace.data_ptr(), need.value
         launcher = getattr(self.lib, f"kdactl_kda_{route}")
         launcher.argtypes = [ctypes.POINTER(KdaArgs), ctypes.c_void_p]
         rc = launcher(ctypes.byref(args), None)
         if rc:
             raise RuntimeError(f"route {route}: {self.lib.kdactl_error_string(rc).decode()} (code {rc})")
+        outside = guards.broken()
+        if outside:
+            raise RuntimeError(f"route {route} wrote past the ends of {', '.join(outside)}")
+        if pool is not None:
+            pool.copy_(final)  # the caller's pool, updated in place as on the GPU
+            final = pool
         return (o, final) if checkpoints is None else (o, final, checkpoints)
