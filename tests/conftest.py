@@ -49,19 +49,25 @@ def nvcc_toolkit():
         pytest.skip(f"needs nvcc: {err}")
 
 
-@pytest.fixture
-def tiny_csrc(tmp_path):
-    """A copy of csrc with every header but only library.cu, selftest.cu and a KDA stub as sources:
-    compiles in about two seconds, so builder tests stay fast however big the real kernels grow."""
+def copy_tiny_csrc(folder):
+    """A copy of csrc under ``folder`` with every header but only library.cu, selftest.cu and a KDA
+    stub as sources: compiles in about two seconds, so builder tests stay fast however big the real
+    kernels grow."""
     import shutil
 
     from kdactl.assets import csrc_dir
 
     src = csrc_dir()
-    dest = tmp_path / "csrc"
+    dest = folder / "csrc"
     dest.mkdir()
     headers = [p.name for p in src.iterdir() if p.suffix in (".cuh", ".h")]
     for name in ("library.cu", "selftest.cu", *headers):
         shutil.copy(src / name, dest / name)
     (dest / "kda_stub.cu").write_text(TINY_KDA_STUB)
     return dest
+
+
+@pytest.fixture
+def tiny_csrc(tmp_path):
+    """copy_tiny_csrc in the test's own folder."""
+    return copy_tiny_csrc(tmp_path)

@@ -16,19 +16,18 @@ import shutil
 import pytest
 import torch
 
+from kdactl.bench import configs
 from kdactl.kda.fused import Fused
 from kdactl.kda.inputs import cu_seqlens_of, random_inputs
 from kdactl.kda.problem import KdaProblem
 from kdactl.kda.routes import DeviceInfo, small_bh_plan
 from kdactl.kda.tuning import Tuning
-from kdactl.kernel_abi import BETA_SIGMOID, GATE_LOWER_BOUND, GATE_SOFTPLUS
 from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent
 from tests.emu.build import build, cuda_includes
 from tests.emu.kernels import FORWARD, REVERSE, SMALL_SMEM_OPTIN, EmulatedKernels
 from tests.kda_inputs import EDGE_CASES, bend_to_edge, carried_history_inputs, fla_gate_case, raw_inputs
 
-LOWER_BOUND = Fused(qk_l2norm=True, beta_mode=BETA_SIGMOID, gate_mode=GATE_LOWER_BOUND, lower_bound=-5.0)
-SOFTPLUS = Fused(qk_l2norm=True, beta_mode=BETA_SIGMOID, gate_mode=GATE_SOFTPLUS)
+LOWER_BOUND, SOFTPLUS = configs.LOWER_BOUND.fused_spec(), configs.SOFTPLUS.fused_spec()  # the bench's configurations
 FEW_SMS = 16  # small_bh cuts a 1000-token sequence of 2 heads into several segments
 
 

@@ -38,17 +38,10 @@ def controls(tiny_csrc, nvcc_toolkit, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_csrc(tmp_path_factory):
-    """tests/conftest.py's tiny_csrc at module scope: library.cu, selftest.cu, the headers, a stub."""
-    from kdactl.assets import csrc_dir
-    from tests.conftest import TINY_KDA_STUB
+    """conftest's tiny csrc, once for the module's controls."""
+    from tests.conftest import copy_tiny_csrc
 
-    dest = tmp_path_factory.mktemp("tiny") / "csrc"
-    dest.mkdir()
-    for p in csrc_dir().iterdir():
-        if p.suffix in (".cuh", ".h") or p.name in ("library.cu", "selftest.cu"):
-            shutil.copy(p, dest / p.name)
-    (dest / "kda_stub.cu").write_text(TINY_KDA_STUB)
-    return dest
+    return copy_tiny_csrc(tmp_path_factory.mktemp("tiny"))
 
 
 LAUNCH_FAILURE, INVALID_VALUE = 719, 1  # cudaErrorLaunchFailure, cudaErrorInvalidValue

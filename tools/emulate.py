@@ -23,21 +23,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kdactl.assets import csrc_dir  # noqa: E402
-from kdactl.kda.fused import Fused  # noqa: E402
+from kdactl.bench.configs import CONFIGS  # noqa: E402
 from kdactl.kda.inputs import random_inputs  # noqa: E402
 from kdactl.kda.problem import KdaProblem  # noqa: E402
 from kdactl.kda.routes import DeviceInfo, small_bh_plan  # noqa: E402
-from kdactl.kernel_abi import BETA_SIGMOID, GATE_LOWER_BOUND, GATE_SOFTPLUS  # noqa: E402
 from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent  # noqa: E402
 from tests.emu.build import build, cuda_includes  # noqa: E402
 from tests.emu.kernels import FORWARD, REVERSE, EmulatedKernels  # noqa: E402
 from tests.kda_inputs import fla_gate_case, raw_inputs  # noqa: E402
 
-CONFIGS = {
-    "plain": None,
-    "lower-bound": Fused(qk_l2norm=True, beta_mode=BETA_SIGMOID, gate_mode=GATE_LOWER_BOUND, lower_bound=-5.0),
-    "softplus": Fused(qk_l2norm=True, beta_mode=BETA_SIGMOID, gate_mode=GATE_SOFTPLUS),
-}
 SHUFFLED = 7
 
 
@@ -60,7 +54,7 @@ def main() -> int:
     ap.add_argument("--cache", type=Path, default=Path("/tmp/kdactl-emu"))
     args = ap.parse_args()
     B, T, H = (int(x) for x in args.shape.split(","))
-    fused = CONFIGS[args.config]
+    fused = CONFIGS[args.config].fused_spec()  # the bench's configurations; plain: no transform
 
     t0 = time.monotonic()
     nvcc = shutil.which("nvcc")
@@ -75,7 +69,7 @@ def main() -> int:
         x, s0, fused, A_log, dt_bias, scale = fla_gate_case()
         B, T, H = x["v"].shape[:3]
         rq, rk, rg, rb = fused_inputs(x["q"], x["k"], x["v"], x["g"], x["beta"], fused, A_log)
-    elif fused is None:
+    elif args.config == "plain":
         lo, hi = (float(x) for x in args.g_range.split(","))
         x, s0, _ = random_inputs(B, T, H, args.dim, args.dim, with_state=True, g_range=(lo, hi))
         A_log = dt_bias = None
@@ -99,7 +93,7 @@ def main() -> int:
         for schedule in schedules:
             t = time.monotonic()
             kernels = EmulatedKernels(lib, args.sms, schedule)
-            runs.append(kernels.run(route, **x, scale=scale, fused=fused or Fused(), A_log=A_log, dt_bias=dt_bias,
+            runs.append(kernels.run(route, **x, scale=scale, fused=fused, A_log=A_log, dt_bias=dt_bias,
                                     initial_state=None if init is None else init.clone(), state_v_first=args.v_first))  # fmt: skip
             took = time.monotonic() - t
         o, s = runs[0]

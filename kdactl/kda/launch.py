@@ -20,6 +20,20 @@ from kdactl.kda.workspace import KdaWorkspace
 from kdactl.kernel_abi import LEADING_POINTERS, KdaArgs
 
 
+def args_template(p: KdaProblem, device: DeviceInfo, route_id: int, scale: float, tuning: Tuning = AUTO,
+                  fused: Fused = NONE, cu_seqlens_int32: bool = False, checkpoint_dtype: int = 0) -> KdaArgs:  # fmt: skip
+    """A call's KdaArgs without its pointers (every one NULL): the shapes, element types, modes,
+    tuning fields and the route's plan for this device."""
+    return KdaArgs(
+        qk_heads=p.qk_heads, qk_l2norm=int(fused.qk_l2norm), beta_mode=fused.beta_mode, gate_mode=fused.gate_mode,
+        lower_bound=fused.lower_bound, batch=p.num_seqs, seqlen=p.seqlen, heads=p.heads, key_dim=p.key_dim,
+        value_dim=p.value_dim, g_dtype=p.g_dtype, beta_dtype=p.beta_dtype, qkv_fp16=int(p.qkv_fp16),
+        state_v_first=int(p.state_v_first), checkpoint_every=p.checkpoint_every, checkpoint_dtype=checkpoint_dtype,
+        cu_seqlens_is_int32=int(cu_seqlens_int32), varlen=int(p.varlen), tuning_warps=tuning.warps,
+        tuning_stages=tuning.stages, scale=scale, segment_chunks=ROUTE_TABLE[route_id].segment_chunks(p, device),
+    )  # fmt: skip
+
+
 class LaunchPlan:
     """What a launch needs that the call's pointers do not change: the route's kernel, a KdaArgs
     template with the shapes, modes and the route's plan filled in (every pointer NULL), and the
@@ -32,15 +46,7 @@ class LaunchPlan:
 
         lib = kernels()
         self.route_id, self.device_index = route_id, device_index
-        self.template = KdaArgs(
-            qk_heads=p.qk_heads, qk_l2norm=int(fused.qk_l2norm), beta_mode=fused.beta_mode, gate_mode=fused.gate_mode,
-            lower_bound=fused.lower_bound, batch=p.num_seqs, seqlen=p.seqlen, heads=p.heads, key_dim=p.key_dim,
-            value_dim=p.value_dim, g_dtype=p.g_dtype, beta_dtype=p.beta_dtype, qkv_fp16=int(p.qkv_fp16),
-            state_v_first=int(p.state_v_first), checkpoint_every=p.checkpoint_every, checkpoint_dtype=checkpoint_dtype,
-            cu_seqlens_is_int32=int(cu_seqlens_int32), varlen=int(p.varlen), tuning_warps=tuning.warps,
-            tuning_stages=tuning.stages, scale=scale,
-            segment_chunks=ROUTE_TABLE[route_id].segment_chunks(p, device),
-        )  # fmt: skip
+        self.template = args_template(p, device, route_id, scale, tuning, fused, cu_seqlens_int32, checkpoint_dtype)
         self.need = lib.workspace_bytes(route_id, self.template)  # reads no pointer
         self.kernel = lib.kda_route(ROUTE_TABLE[route_id].name)
         self.address = ctypes.cast(self.kernel, ctypes.c_void_p).value  # what kdactl_host calls

@@ -2,7 +2,7 @@
 csrc with ptx.cuh replaced by the emulator's, launches and __shared__ variables rewritten, compiled
 with the host C++ compiler against the CUDA toolkit's headers into one shared library that exports
 the same C ABI as the real one (kdactl_kda_<route>, kdactl_kda_workspace_bytes, ...) plus
-kdactl_emu_configure(sms)."""
+kdactl_emu_configure(sms, schedule, smem_optin)."""
 
 from __future__ import annotations
 
@@ -67,9 +67,8 @@ def _key(csrc: Path, includes: list[str]) -> str:
 
 def build(csrc: Path, includes: list[str], out_dir: Path, cxx: str = "c++") -> Path:
     """The emulated library for ``csrc`` under ``out_dir``, compiled with the toolkit's ``includes``
-    (cuda_includes) (built once per content: a second call
-    with the same sources returns the same file). Raises RuntimeError with the compiler's output when
-    a file does not compile."""
+    (cuda_includes), built once per content: a second call with the same sources returns the same
+    file. Raises RuntimeError with the compiler's output when a file does not compile."""
     lib = out_dir / f"libkdactl_emu-{_key(csrc, includes)}.so"
     if lib.exists():
         return lib

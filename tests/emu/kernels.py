@@ -1,21 +1,24 @@
 """Calls the emulated kernel library (tests/emu/build.py) on CPU tensors, through the same C ABI and
-the same route plans as kdactl.kda.launch: a KdaArgs filled from the tensors, the route's workspace,
-the route's launcher. One library copy per emulated SM count, since the library reads the device's
-facts once per process and the plans of small_bh and the recurrence's width depend on them, and one
-per schedule (the order in which threads run between barriers: SCHEDULES)."""
+the same route plans as kdactl.kda.launch: its KdaArgs template with the tensors' pointers, the
+route's workspace, the route's launcher. One library copy per emulated device (SM count and shared
+memory per block, which the library reads once per process and plans its grids and rings by) and
+schedule (the order in which threads run between barriers: FORWARD, REVERSE, a seed)."""
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import shutil
 from pathlib import Path
 
 import torch
 
 from kdactl.kda.fused import NONE, Fused
+from kdactl.kda.launch import args_template
 from kdactl.kda.problem import DTYPE_CODES, KdaProblem
-from kdactl.kda.routes import ROUTE_TABLE, DeviceInfo
+from kdactl.kda.routes import DeviceInfo
 from kdactl.kda.tuning import AUTO, Tuning
+from kdactl.kda.validation import validate_checkpoints
 from kdactl.kernel_abi import ROUTE_IDS, KdaArgs
 
 GUARD = 4096  # bytes of 0xff (NaN in every float type) on either side of each buffer a call gets
@@ -69,21 +72,27 @@ class EmulatedKernels:
 
     def run(self, route: str, q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None,
             fused: Fused = NONE, A_log=None, dt_bias=None, state_v_first=False, tuning: Tuning = AUTO,
-            state_indices=None, segment_chunks=None, checkpoint_every=0, checkpoint_dtype=torch.float32):  # fmt: skip
+            state_indices=None, checkpoint_every=0, checkpoint_dtype=torch.float32):  # fmt: skip
         """(o, final state) of one call of ``route`` on contiguous CPU tensors shaped as kdactl.kda's
         (q, k [B,T,Hq,K], v [B,T,H,V], g [B,T,H,K], beta [B,T,H]); with ``state_indices`` the
         initial state is a pool, updated in place and returned as the final state; with
         ``checkpoint_every`` a third item, every sequence's state before tokens 0, C, 2C, ...,
         sequence after sequence ([rows, H, *state]). Raises RuntimeError with the library's message
         when the launcher returns an error."""
-        p = KdaProblem.of(q, v, g, beta, cu_seqlens, state_v_first)
+        p = dataclasses.replace(
+            KdaProblem.of(q, v, g, beta, cu_seqlens, state_v_first), checkpoint_every=checkpoint_every
+        )
         route_id = ROUTE_IDS[route]
-        if segment_chunks is None:
-            segment_chunks = ROUTE_TABLE[route_id].segment_chunks(p, self.device)
-        B, T, H, V = v.shape
         K = q.shape[-1]
-        state_shape = (V, K) if state_v_first else (K, V)
+        args = args_template(p, self.device, route_id, K**-0.5 if scale is None else scale, tuning, fused,
+                             cu_seqlens is not None and cu_seqlens.dtype == torch.int32,
+                             DTYPE_CODES[checkpoint_dtype] if checkpoint_every else 0)  # fmt: skip
         pool = initial_state if state_indices is not None else None
+        checkpoints = None
+        if checkpoint_every:  # kdactl.kda's buffer, [B or 1, rows, H, *state], sequence after sequence
+            host_cu = cu_seqlens.tolist() if cu_seqlens is not None else None
+            checkpoints = validate_checkpoints(checkpoint_every, None, p, "cpu", cu_seqlens, host_cu,
+                                               dtype=checkpoint_dtype, require_cuda=False).flatten(0, 1)  # fmt: skip
         # Every buffer the call reads or writes sits between guards (what a read or write past it does shows).
         guards = Guards()
         q, k, v, g, beta = (guards.put(n, x) for n, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta)))
@@ -92,35 +101,15 @@ class EmulatedKernels:
                                           ("A_log", A_log), ("dt_bias", dt_bias), ("state_indices", state_indices))
         )  # fmt: skip
         o = guards.put("o", torch.full_like(v, float("nan")))
-        final = (
-            initial_state
-            if pool is not None
-            else guards.put("final_state", torch.full((p.num_seqs, H, *state_shape), float("nan")))
-        )
-        checkpoints = None
-        if checkpoint_every:
-            lengths = cu_seqlens.diff().tolist() if cu_seqlens is not None else [T] * B
-            rows = sum(-(-int(n) // checkpoint_every) for n in lengths)
-            checkpoints = guards.put(
-                "checkpoints", torch.full((rows, H, *state_shape), float("nan"), dtype=checkpoint_dtype)
-            )
-        args = KdaArgs(
-            q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), g=g.data_ptr(), beta=beta.data_ptr(), o=o.data_ptr(),
-            final_state=final.data_ptr(), batch=p.num_seqs, seqlen=p.seqlen, heads=p.heads, key_dim=K, value_dim=V,
-            g_dtype=DTYPE_CODES[g.dtype], beta_dtype=DTYPE_CODES[beta.dtype], tuning_warps=tuning.warps,
-            tuning_stages=tuning.stages, scale=K**-0.5 if scale is None else scale, segment_chunks=segment_chunks,
-            qk_heads=p.qk_heads, qk_l2norm=int(fused.qk_l2norm), beta_mode=fused.beta_mode,
-            gate_mode=fused.gate_mode, lower_bound=fused.lower_bound, qkv_fp16=int(q.dtype == torch.float16),
-            state_v_first=int(state_v_first), varlen=int(cu_seqlens is not None),
-        )  # fmt: skip
+        final = initial_state if pool is not None else guards.put("final_state", torch.full(
+            (p.num_seqs, p.heads, *p.state_shape), float("nan")))  # fmt: skip
         if checkpoints is not None:
-            args.checkpoint_every, args.checkpoint_dtype = checkpoint_every, DTYPE_CODES[checkpoint_dtype]
-        for name, x in (("initial_state", initial_state), ("cu_seqlens", cu_seqlens), ("A_log", A_log),
+            checkpoints = guards.put("checkpoints", checkpoints.fill_(float("nan")))
+        for name, x in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta), ("o", o), ("final_state", final),
+                        ("initial_state", initial_state), ("cu_seqlens", cu_seqlens), ("A_log", A_log),
                         ("dt_bias", dt_bias), ("state_indices", state_indices), ("checkpoints", checkpoints)):  # fmt: skip
             if x is not None:
                 setattr(args, name, x.data_ptr())
-        if cu_seqlens is not None:
-            args.cu_seqlens_is_int32 = int(cu_seqlens.dtype == torch.int32)
         need = ctypes.c_uint64()
         rc = self.lib.kdactl_kda_workspace_bytes(ctypes.byref(args), route_id, ctypes.byref(need))
         if rc:
