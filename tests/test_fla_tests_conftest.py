@@ -1,0 +1,56 @@
+"""scripts/fla_tests/conftest.py, the harness that runs fla's own tests against kdactl.kda.chunk_kda:
+what it skips, what it lets through, and the gradients it hands fla's test code."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+import kdactl.kda
+
+CONFTEST = Path(__file__).resolve().parents[1] / "scripts" / "fla_tests" / "conftest.py"
+
+
+@pytest.fixture
+def harness():
+    spec = importlib.util.spec_from_file_location("fla_tests_conftest", CONFTEST)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_inputs_get_zero_gradients_and_outputs_keep_their_values(harness, monkeypatch):
+    monkeypatch.setattr(kdactl.kda, "chunk_kda", lambda q, k, v, g, beta, **kw: (v * 2, kw["initial_state"] + 1))
+    q, k, v, g = (torch.randn(1, 4, 2, 8, requires_grad=True) for _ in range(4))
+    beta = torch.rand(1, 4, 2, requires_grad=True)
+    h0 = torch.randn(1, 2, 8, 8, requires_grad=True)
+    o, ht = harness._drop_in(torch.nn.functional.normalize(q, dim=-1), k, v.clone(), g, beta, initial_state=h0.clone())
+    assert torch.equal(o, v.detach() * 2) and torch.equal(ht, h0.detach() + 1)
+    ((o * torch.randn_like(o)).sum() + ht.sum()).backward()
+    for x in (q, k, v, g, beta, h0):
+        assert x.grad is not None and x.grad.shape == x.shape and not x.grad.any()
+
+
+def test_outputs_are_leaves_when_no_input_wants_a_gradient(harness, monkeypatch):
+    monkeypatch.setattr(kdactl.kda, "chunk_kda", lambda *a, **kw: (torch.ones(3), None))
+    o, ht = harness._drop_in(torch.zeros(3))
+    assert o.requires_grad and o.is_leaf and ht is None
+
+
+def test_head_dims_kdactl_has_no_kernel_for_are_skipped(harness, monkeypatch):
+    def refuse(*a, **kw):
+        raise ValueError("kdactl.kda.prefill: q head dim K must be one of (64, 128), got 60")
+
+    monkeypatch.setattr(kdactl.kda, "chunk_kda", refuse)
+    with pytest.raises(pytest.skip.Exception, match="unsupported: .*head dim K"):
+        harness._drop_in(torch.zeros(3))
+
+
+def test_other_refusals_reach_the_test(harness, monkeypatch):
+    def refuse(*a, **kw):
+        raise ValueError("kdactl.kda.chunk_kda: `chunk_size` must be either 32 or 64, got 16")
+
+    monkeypatch.setattr(kdactl.kda, "chunk_kda", refuse)
+    with pytest.raises(ValueError, match="`chunk_size` must be either 32 or 64"):
+        harness._drop_in(torch.zeros(3))
