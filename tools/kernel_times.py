@@ -1,7 +1,7 @@
 """Per-kernel GPU time of one route on one shape (torch.profiler over a few calls, warm L2): where a
 multi-kernel route spends its time.
 
-    python3 tools/kernel_times.py [--config plain|bound|softplus] [--gates test|init] [--bare] ROUTE B,T,H [...]
+    python3 tools/kernel_times.py [--config plain|bound|softplus] [--gates test|init|flashkda] [--g-fp32] [--bare] ROUTE B,T,H [...]
 
 --bare: the calls without torch.profiler (for ncu, whose replay and the profiler both want CUPTI):
     ncu --kernel-name regex:kda_chunk_prepare --launch-skip 1 --launch-count 1 python3 tools/kernel_times.py --bare ...
@@ -9,8 +9,11 @@ multi-kernel route spends its time.
 A recurrence shape may follow the route: chunk:warps=4,stages=8 (kdactl.kda.Tuning's text form).
 --config: plain is a precomputed log decay with q and k normalized; bound and softplus are the serving
 configurations (q/k l2norm, beta sigmoid and the gate in the kernel; bound with a V-first state).
---gates: the raw gate inputs, fla's test draw (g, dt_bias ~ N(0, 1): steep decays) or a model at
-initialization (dt_bias = softplus^-1 of dt ~ logU(1e-3, 0.1), as fla's KDA layer draws it).
+--gates: the raw gate inputs, fla's test draw (g, dt_bias ~ N(0, 1): steep decays), a model at
+initialization (dt_bias = softplus^-1 of dt ~ logU(1e-3, 0.1), as fla's KDA layer draws it) or
+FlashKDA's tests (A_log, dt_bias ~ U(0, 1): every channel decays strongly, so small_bh's segments start warm).
+The raw g is bf16, as engines and kdactl bench pass it; --g-fp32 passes it in fp32 (another
+instantiation of the prepare, with times of its own).
 It names its configurations itself (not through kdactl.bench.configs): `gpu_visit.sh gate-ab` runs it
 against an older kdactl too, which has only kdactl.kda's names."""
 import argparse
@@ -28,7 +31,7 @@ CONFIGS = {"plain": None, "bound": Fused(True, BETA_SIGMOID, GATE_LOWER_BOUND, -
            "softplus": Fused(True, BETA_SIGMOID, GATE_SOFTPLUS)}  # fmt: skip
 
 
-def call_args(B, T, H, config, gates):
+def call_args(B, T, H, config, gates, g_fp32=False):
     x, _, _ = random_inputs(B, T, H, device="cuda", seed=1)
     fused = CONFIGS[config]
     if fused is None:
@@ -36,10 +39,13 @@ def call_args(B, T, H, config, gates):
     gen = torch.Generator(device="cuda").manual_seed(2)
     K = x["q"].shape[-1]
     x["q"], x["k"] = (t * 3 for t in (x["q"], x["k"]))  # not normalized: the kernel does it
-    x["g"] = torch.randn(x["g"].shape, device="cuda", generator=gen)
+    x["g"] = torch.randn(x["g"].shape, device="cuda", generator=gen).to(torch.float32 if g_fp32 else torch.bfloat16)
     x["beta"] = torch.randn(x["beta"].shape, device="cuda", generator=gen).to(x["beta"].dtype)
     A_log = torch.empty(H, device="cuda").uniform_(1, 16, generator=gen).log()
-    if gates == "test":
+    if gates == "flashkda":
+        A_log = torch.empty(H, device="cuda").uniform_(0, 1, generator=gen)
+        dt_bias = torch.empty(H * K, device="cuda").uniform_(0, 1, generator=gen)
+    elif gates == "test":
         dt_bias = torch.randn(H * K, device="cuda", generator=gen)
     else:
         dt = torch.empty(H * K, device="cuda").uniform_(0, 1, generator=gen) * (torch.log(torch.tensor(0.1)) - torch.log(
@@ -55,7 +61,8 @@ def call_args(B, T, H, config, gates):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", default="plain", choices=list(CONFIGS))
-    ap.add_argument("--gates", default="test", choices=["test", "init"])
+    ap.add_argument("--gates", default="test", choices=["test", "init", "flashkda"])
+    ap.add_argument("--g-fp32", action="store_true", help="the raw g in fp32 (default bf16, as engines pass it)")
     ap.add_argument("--bare", action="store_true", help="the calls alone, without the profiler (for ncu)")
     ap.add_argument("route")
     ap.add_argument("shapes", nargs="+")
@@ -64,7 +71,7 @@ def main():
     tuning = tuning_argument(tuning or "auto")
     for spec in args.shapes:
         B, T, H = map(int, spec.split(","))
-        x, extra = call_args(B, T, H, args.config, args.gates)
+        x, extra = call_args(B, T, H, args.config, args.gates, args.g_fp32)
         prefill(**x, **extra, route=route, tuning=tuning)
         torch.cuda.synchronize()
         if args.bare:
@@ -76,7 +83,7 @@ def main():
             for _ in range(3):
                 prefill(**x, **extra, route=route, tuning=tuning)
             torch.cuda.synchronize()
-        print(f"== {route} tuning {tuning} {args.config} gates={args.gates} B{B} T{T} H{H} (3 calls, {kdactl.__file__})")
+        print(f"== {route} tuning {tuning} {args.config} gates={args.gates}{' g=fp32' if args.g_fp32 else ''} B{B} T{T} H{H} (3 calls, {kdactl.__file__})")
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=8, max_name_column_width=70))
 
 
