@@ -88,6 +88,7 @@ def test_error_ratios_and_configs_are_reported():
     assert "| shape | auto err o / S | cudnn.kda_hopper_cuda err o / S |" in md
     assert "| lower-bound:B1-T64-H2-D128 | 1.00e-04 / 2.00e-04 | 5.00e-01 / 5.00e-01 |" in md  # the failed one too
     assert "config lower-bound: gate -5.0*sigmoid(exp(A_log)*(g+dt_bias)), q/k l2norm in kernel" in md
+    assert "- lower-bound:B1-T64-H2-D128 auto: auto -> direct\n" in md  # where auto ran
     assert "A_log = log U(1,16)" in md
     out = text_of(r)
     assert "error ratio vs the reference" in out and "5.00e-01 / 5.00e-01" in out and "V-first state" in out

@@ -101,6 +101,15 @@ def test_small_bh_plan_fills_one_wave_of_the_reduction():
     assert (tiny.segments, tiny.segment_chunks) == (2, 3)
 
 
+def test_route_detail_says_how_small_bh_cuts_and_nothing_for_the_others():
+    from kdactl.kda.routes import route_detail
+
+    assert route_detail(problem(T=65536, H=8), H200, "small_bh") == "9 segments of 456 chunks per sequence, 16 lanes"
+    varlen = problem(B=1, T=20460, H=16, varlen=True, N=5)
+    assert route_detail(varlen, H200, "small_bh")== "5 segments of 256 chunks over the batch's tokens, 32 lanes"
+    assert route_detail(problem(T=65536, H=8), H200, "chunk") == route_detail(problem(), H200, "direct") == ""
+
+
 def test_small_bh_covers_every_chunk_exactly():
     from kdactl.kda.routes import small_bh_plan
 

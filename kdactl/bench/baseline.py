@@ -150,8 +150,8 @@ class GateRow:
 
 
 def _auto_route(outcome) -> str | None:
-    """The route auto ran, from its note ("auto -> chunk")."""
-    return outcome.note.split("->", 1)[-1].strip() if "->" in outcome.note else None
+    """The route auto ran, from its note ("auto -> chunk", "auto -> small_bh (6 segments ...)")."""
+    return outcome.note.split("->", 1)[-1].split()[0] if "->" in outcome.note else None
 
 
 def judge(run: ShapeRun, baseline: Baseline) -> GateRow:

@@ -133,6 +133,7 @@ def own_candidates(inputs, ref, routes: Sequence[str] | None, device) -> list[Ca
     engine calls it: through kdactl.kda.chunk_kda, fla's signature, with fla's flags."""
     from kdactl.kda import ROUTES, KdaWorkspace, decide_route, eligibility, prefill, validate
     from kdactl.kda.device import device_info
+    from kdactl.kda.routes import route_detail
 
     x, config = inputs, inputs["config"]
     routes = ("auto", *ROUTES) if routes is None else routes
@@ -150,7 +151,11 @@ def own_candidates(inputs, ref, routes: Sequence[str] | None, device) -> list[Ca
         if name != "auto" and verdicts[name] is not None:
             out.append(Candidate(name, "route", reason=verdicts[name]))
             continue
-        kind, note = ("auto", f"auto -> {decision.route}") if name == "auto" else ("route", "")
+        detail = route_detail(problem, dev, decision.route if name == "auto" else name)
+        if name == "auto":
+            kind, note = "auto", f"auto -> {decision.route}" + (f" ({detail})" if detail else "")
+        else:
+            kind, note = "route", detail
         if name == "auto" and config.fused:
             run = _engine_call(x, config)
             out.append(Candidate(name, kind, run=run, check=checker(run, ref, config.state_v_first), note=note))

@@ -269,6 +269,7 @@ class BenchReport:
         lines += ["", f"Method: {self.method()}.", "", HOST_TITLE if self.host else
                   "(x) = candidate median / auto median; above 1, auto is faster."]  # fmt: skip
         lines += [f"- {line}" for line in config_lines(self.runs)]
+        lines += [f"- {line}" for line in route_lines(self.runs)]
         lines += [f"- {p}" for p in self.problems()]
         lines += [f"- gate {g.label}: **{g.status}**: {g.message}" for g in self.gate_rows]
         return "\n".join(lines) + "\n"
@@ -277,6 +278,11 @@ class BenchReport:
         from kdactl.bench.plot import plot_runs
 
         plot_runs(self.runs, columns(self.runs), path, title=f"KDA prefill on {self.info.get('gpu')} (cold L2)")
+
+
+def route_lines(runs) -> list[str]:
+    """Where kdactl's own candidates ran: auto's route, and how a route cut the shape (small_bh's segments)."""
+    return [f"{r.shape.key} {o.name}: {o.note}" for r in runs for o in r.outcomes if o.own and o.note]
 
 
 def _md_table(head: list[str], body: list[list[str]]) -> list[str]:

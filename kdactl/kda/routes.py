@@ -93,6 +93,16 @@ def small_bh_plan(p: KdaProblem, dev: DeviceInfo) -> SegmentPlan:
     return SegmentPlan(-(-chunks // seg_chunks), seg_chunks, lanes)
 
 
+def route_detail(p: KdaProblem, dev: DeviceInfo, route: str) -> str:
+    """How ``route`` cuts this problem, where it cuts it (small_bh's segments); "" for the others.
+    Whether a segment then starts warm (the decay bound) or is stitched is decided on the device."""
+    if route != "small_bh":
+        return ""
+    plan = small_bh_plan(p, dev)
+    per = "over the batch's tokens" if p.varlen else "per sequence"
+    return f"{plan.segments} segments of {plan.segment_chunks} chunks {per}, {plan.lanes} lanes"
+
+
 def _small_bh(p: KdaProblem, dev: DeviceInfo) -> str | None:
     if p.key_dim != p.value_dim:
         return f"needs K == V, got K={p.key_dim} V={p.value_dim}"
