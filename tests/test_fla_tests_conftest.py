@@ -32,6 +32,16 @@ def test_inputs_get_zero_gradients_and_outputs_keep_their_values(harness, monkey
         assert x.grad is not None and x.grad.shape == x.shape and not x.grad.any()
 
 
+def test_an_inf_input_leaves_the_outputs_as_they_are(harness, monkeypatch):
+    monkeypatch.setattr(kdactl.kda, "chunk_kda", lambda q, g, **kw: (q * 1, None))
+    g = torch.tensor([0.0, -float("inf")], requires_grad=True)
+    q = torch.ones(2, requires_grad=True)
+    (o, _) = harness._drop_in(q, g)
+    assert torch.equal(o, torch.ones(2))
+    o.sum().backward()
+    assert not g.grad.any() and not q.grad.any()
+
+
 def test_outputs_are_leaves_when_no_input_wants_a_gradient(harness, monkeypatch):
     monkeypatch.setattr(kdactl.kda, "chunk_kda", lambda *a, **kw: (torch.ones(3), None))
     o, ht = harness._drop_in(torch.zeros(3))

@@ -7,8 +7,8 @@ pytest there with fla installed (scripts/gpu_visit.sh, section fla-tests):
 
 Every ``chunk_kda`` the test module calls becomes kdactl's. kdactl computes no gradients, so the
 forward assertions (o, ht) judge kdactl and the gradient ones are recorded as not run. The test's
-backward still runs: kdactl's outputs hang off the call's inputs through a term that is zero, so every
-input gets a zero gradient. Some tests do arithmetic on those gradients (transpose them, scale them)
+backward still runs: kdactl's outputs hang off the call's inputs through an autograd step that hands
+every input a zero gradient. Some tests do arithmetic on those gradients (transpose them, scale them)
 before their forward assertions, which a None gradient would stop; the zeros are never asserted.
 A case kdactl refuses by design (ValueError: a head dim it has no kernel for) is skipped with the
 reason "unsupported: ...", so passed / failed / unsupported are counted apart; any other ValueError
@@ -45,10 +45,20 @@ def zero_gradients(out, inputs):
     if not (isinstance(out, torch.Tensor) and out.is_floating_point()):
         return out
     wanting = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
-    if not wanting:
-        return out.requires_grad_()
-    zero = sum((x.sum() * 0).to(out.dtype) for x in wanting)
-    return out + zero
+    return _ZeroGradients.apply(out, *wanting) if wanting else out.requires_grad_()
+
+
+class _ZeroGradients(torch.autograd.Function):
+    """out's values as they are (not out + 0 * sum(inputs), which an inf input would turn to NaN)."""
+
+    @staticmethod
+    def forward(ctx, out, *inputs):
+        ctx.inputs = [(x.shape, x.dtype, x.device) for x in inputs]
+        return out.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (None, *(torch.zeros(shape, dtype=dtype, device=device) for shape, dtype, device in ctx.inputs))
 
 
 @pytest.fixture(autouse=True)
