@@ -26,7 +26,7 @@ from kdactl.assets import csrc_dir  # noqa: E402
 from kdactl.bench.configs import CONFIGS  # noqa: E402
 from kdactl.kda.inputs import random_inputs  # noqa: E402
 from kdactl.kda.problem import KdaProblem  # noqa: E402
-from kdactl.kda.routes import DeviceInfo, small_bh_plan  # noqa: E402
+from kdactl.kda.routes import DeviceInfo, route_detail  # noqa: E402
 from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent  # noqa: E402
 from tests.emu.build import build, cuda_includes  # noqa: E402
 from tests.emu.kernels import FORWARD, REVERSE, EmulatedKernels  # noqa: E402
@@ -83,9 +83,8 @@ def main() -> int:
         rq, rk, rg, rb = fused_inputs(x["q"], x["k"], x["v"], x["g"], x["beta"], fused, A_log, dt_bias)
     ref_o, ref_s = kda_recurrent(rq, rk, x["v"], rg, rb, initial_state=s0, scale=scale)
     init = s0.transpose(-1, -2).contiguous() if (s0 is not None and args.v_first) else s0
-    plan = small_bh_plan(
-        KdaProblem(B, T, H, args.dim, args.dim, B, False, 0, 0), DeviceInfo(args.sms, (9, 0), "sm_90a")
-    )
+    problem = KdaProblem(B, T, H, args.dim, args.dim, B, False, 0, 0)
+    device = DeviceInfo(args.sms, (9, 0), "sm_90a")
     worst = 0.0
     for route in args.routes.split(","):
         schedules = (FORWARD, REVERSE, SHUFFLED) if args.schedules else (FORWARD,)
@@ -101,7 +100,8 @@ def main() -> int:
             s = s.transpose(-1, -2)
         eo, es = error_ratio(ref_o, o), error_ratio(ref_s, s)
         worst = max(worst, eo, es)
-        extra = f"  segments {plan.segments} x {plan.segment_chunks} chunks" if route == "small_bh" else ""
+        detail = route_detail(problem, device, route)
+        extra = f"  ({detail})" if detail else ""
         same = ""
         if args.schedules:
             equal = all(torch.equal(r[0], o) and torch.equal(r[1], runs[0][1]) for r in runs[1:])
