@@ -45,8 +45,9 @@ def test_chunk_wins_from_the_measured_boundary():
 
 
 def test_varlen_boundary_uses_mean_tokens_per_sequence():
-    # 6 sequences in 8192 tokens: chunk; 1000 sequences in 8192 tokens (8 each): direct.
-    assert select_route(problem(T=8192, varlen=True, N=6), H200) == "chunk"
+    # 6 sequences in 8192 tokens: chunk (at H64, whose 6 x 128 recurrence CTAs keep small_bh out); 1000
+    # sequences in 8192 tokens (8 each): direct.
+    assert select_route(problem(T=8192, H=64, varlen=True, N=6), H200) == "chunk"
     assert select_route(problem(T=8192, varlen=True, N=1000), H200) == "direct"
 
 
@@ -81,17 +82,18 @@ def test_serving_shapes_stay_on_chunk(B, T, H):
     assert "already fills the GPU" in why or why.startswith("slower than chunk at 2 segments"), why
 
 
-def test_small_bh_plan_fills_one_wave_of_the_reduction():
+def test_small_bh_plan_fills_the_recurrence_slots_once_with_a_cta_per_segment():
     from kdactl.kda.routes import SMALL_BH_CTAS_PER_SM, small_bh_plan
 
     plan = small_bh_plan(problem(T=1048576, H=1), H200)
     assert plan.lanes == 2  # one sequence, one head, 128 / 64 value slices
-    assert plan.segments == SMALL_BH_CTAS_PER_SM * 132 // 4 + 1 == 67
-    assert plan.segment_chunks == -(-65536 // 67) and (plan.segments - 1) * plan.segment_chunks < 65536
+    assert plan.segments == SMALL_BH_CTAS_PER_SM * 132 // 2 == 132
+    assert plan.segment_chunks == -(-65536 // 132) and (plan.segments - 1) * plan.segment_chunks < 65536
     h8 = small_bh_plan(problem(T=65536, H=8), H200)
-    assert (h8.lanes, h8.segments, h8.segment_chunks) == (16, 9, 456)
+    assert (h8.lanes, h8.segments, h8.segment_chunks) == (16, 16, 256)
+    assert h8.lanes * h8.segments <= SMALL_BH_CTAS_PER_SM * 132 < h8.lanes * (h8.segments + 1)
     # fewer SMs, fewer segments; segments never shorter than SMALL_BH_MIN_SEGMENT chunks
-    assert small_bh_plan(problem(T=65536, H=8), DeviceInfo(66, (9, 0), "sm_90a")).segments == 5
+    assert small_bh_plan(problem(T=65536, H=8), DeviceInfo(66, (9, 0), "sm_90a")).segments == 8
     # the stitch's cost per segment caps them at sqrt(chunks / 2): 8192 chunks, 64 segments
     assert small_bh_plan(problem(T=131072, H=1), H200).segments == 64
     # the stitch's cost per segment caps them at sqrt(chunks / 2): 64 chunks, 5 segments of 13
@@ -104,9 +106,9 @@ def test_small_bh_plan_fills_one_wave_of_the_reduction():
 def test_route_detail_says_how_small_bh_cuts_and_nothing_for_the_others():
     from kdactl.kda.routes import route_detail
 
-    assert route_detail(problem(T=65536, H=8), H200, "small_bh") == "9 segments of 456 chunks per sequence, 16 lanes"
+    assert route_detail(problem(T=65536, H=8), H200, "small_bh") == "16 segments of 256 chunks per sequence, 16 lanes"
     varlen = problem(B=1, T=20460, H=16, varlen=True, N=5)
-    assert route_detail(varlen, H200, "small_bh")== "5 segments of 256 chunks over the batch's tokens, 32 lanes"
+    assert route_detail(varlen, H200, "small_bh") == "8 segments of 160 chunks over the batch's tokens, 32 lanes"
     assert route_detail(problem(T=65536, H=8), H200, "chunk") == route_detail(problem(), H200, "direct") == ""
 
 
@@ -135,18 +137,18 @@ def test_small_bh_ineligible_reasons(p, reason):
 def test_small_bh_preferred_from_its_segment_threshold():
     from kdactl.kda.routes import SMALL_BH_MIN_SEGMENTS, small_bh_plan
 
-    # H = 32: 64 CTAs per segment index, 264 // 128 + 1 = 3 segments: eligible, chunk still first
+    # H = 32: 64 CTAs per segment index, 264 // 64 = 4 segments: eligible, chunk still first
     p = problem(T=8192, H=32)
-    assert small_bh_plan(p, H200).segments == 3 < SMALL_BH_MIN_SEGMENTS
+    assert small_bh_plan(p, H200).segments == 4 < SMALL_BH_MIN_SEGMENTS
     d = decide_route(p, H200)
-    assert d.route == "chunk" and d.rejected["small_bh"].startswith("slower than chunk at 3 segments")
+    assert d.route == "chunk" and d.rejected["small_bh"] == "slower than chunk at 4 segments per sequence < 5"
     assert select_route(p, H200, "small_bh") == "small_bh"
-    # H = 21: 264 // 84 + 1 = 4 segments
-    assert small_bh_plan(problem(T=8192, H=21), H200).segments == SMALL_BH_MIN_SEGMENTS
-    assert select_route(problem(T=8192, H=21), H200) == "small_bh"
+    # H = 24: 264 // 48 = 5 segments
+    assert small_bh_plan(problem(T=8192, H=24), H200).segments == SMALL_BH_MIN_SEGMENTS
+    assert select_route(problem(T=8192, H=24), H200) == "small_bh"
     # short sequences stay on chunk however many segments the plan cuts
     d = decide_route(problem(T=512, H=2), H200)
-    assert d.route == "chunk" and d.rejected["small_bh"] == "slower than chunk at T=512 < 1024"
+    assert d.route == "chunk" and d.rejected["small_bh"] == "slower than chunk at 512 tokens per sequence < 1024"
     assert select_route(problem(T=1024, H=2), H200) == "small_bh"
     # under one chunk per sequence the direct route stays first
     assert select_route(problem(T=15, H=1), H200) == "direct"
@@ -172,7 +174,7 @@ def test_only_small_bh_launches_with_segments():
     p = problem(T=65536, H=8)
     planned = {r.name: r.segment_chunks(p, H200) for r in ROUTE_TABLE}
     assert planned == {"direct": 0, "chunk": 0, "small_bh": small_bh_plan(p, H200).segment_chunks} and planned["small_bh"] > 0
-    assert ROUTE_TABLE[ROUTE_IDS["small_bh"]].segment_chunks(p, H200) == 456
+    assert ROUTE_TABLE[ROUTE_IDS["small_bh"]].segment_chunks(p, H200) == 256
 
 
 def test_shared_constants_are_the_ones_routing_and_validation_use():
@@ -231,10 +233,10 @@ def test_a_state_pool_keeps_small_bh():
     assert eligibility(pooled, H200)["small_bh"] is None
 
 
-def test_small_bh_cuts_a_varlen_batch_by_its_tokens_and_auto_keeps_chunk():
+def test_small_bh_cuts_a_varlen_batch_by_its_tokens_where_chunk_leaves_slots_free():
     """A varlen batch is cut as one sequence of its total chunks (its lengths are on the device): the
     same segment length for every sequence, so one long sequence gets many segments and short ones
-    stay whole. Auto keeps chunk there until small_bh is measured on varlen batches."""
+    stay whole. Auto takes it unless chunk's CTAs, one per sequence and lane, fill the slots already."""
     from kdactl.kda.routes import small_bh_plan
 
     mixed = problem(T=16384 + 512 + 300 + 1200 + 64, H=16, varlen=True, N=5)  # suite production's MIXED_VARLEN
@@ -243,5 +245,10 @@ def test_small_bh_cuts_a_varlen_batch_by_its_tokens_and_auto_keeps_chunk():
     assert small_bh_plan(mixed, H200).lanes == 16 * 2
     assert eligibility(mixed, H200)["small_bh"] is None
     d = decide_route(mixed, H200)
-    assert d.route == "chunk" and "not yet measured" in d.rejected["small_bh"]
+    assert d.route == "small_bh" and d.rejected["chunk"] == "slower than small_bh at 8 segments over the batch >= 5"
+    serving = problem(T=1300 + 547 + 2048 + 963 + 271 + 3063, H=24, varlen=True, N=6)  # 6 x 48 CTAs > 264
+    d = decide_route(serving, H200)
+    assert d.route == "chunk"
+    assert d.rejected["small_bh"] == "slower than chunk at 6 sequences x 48 lanes fill the 264 recurrence slots already"
+    assert select_route(problem(T=serving.seqlen, H=16, varlen=True, N=6), H200) == "small_bh"  # 6 x 32 CTAs
     assert select_route(mixed, H200, "small_bh") == "small_bh"

@@ -5,6 +5,8 @@ segments start warm (strong decay: kReduce alone runs, one CTA per segment slot)
 decay: E and M per segment, then the stitch and the replay).
 
     python3 tools/small_bh_segments.py --config lower-bound --gate-params flashkda --factor 1 2 4 1,8192,12 1,8192,64
+
+--two-ctas adds the plan cut for one wave of the reduction's two CTAs per segment (kdactl's until 2026-12-05).
 """
 
 from __future__ import annotations
@@ -26,6 +28,14 @@ from kdactl.kda.validation import validate
 PLAN = routes.small_bh_plan
 
 
+def two_ctas_plan(p, dev):
+    """The plan before 2026-12-05: segments for one wave of the reduction's two CTAs (E and M) per
+    segment, S / (2 lanes) + 1 of them, which half-fills the GPU where every segment starts warm."""
+    lanes = PLAN(p, dev).lanes
+    return PLAN(p, routes.DeviceInfo(max(1, (routes.SMALL_BH_CTAS_PER_SM * dev.sm_count // (2 * lanes) + 1) * lanes
+                                         // routes.SMALL_BH_CTAS_PER_SM), dev.cc, dev.target))
+
+
 def scaled_plan(factor: float):
     """small_bh_plan as if the GPU had ``factor`` times its SMs (factor x the segments, within the
     plan's own caps)."""
@@ -41,6 +51,7 @@ def main() -> None:
     ap.add_argument("--config", default="lower-bound", choices=[c for c in CONFIGS if CONFIGS[c].fused])
     ap.add_argument("--gate-params", default="flashkda", choices=list(GATE_PARAMS))
     ap.add_argument("--factor", type=float, nargs="+", default=[1.0, 2.0, 4.0])
+    ap.add_argument("--two-ctas", action="store_true", help="also the plan cut for the reduction's two CTAs per segment")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("shapes", nargs="+", type=parse_shape)
     args = ap.parse_args()
@@ -55,8 +66,8 @@ def main() -> None:
         o, state = torch.empty_like(x["v"]), torch.empty(problem.num_seqs, problem.heads, *problem.state_shape,
                                                           dtype=torch.float32, device=device)  # fmt: skip
         cells = []
-        for factor in args.factor:
-            routes.small_bh_plan = scaled_plan(factor)
+        for factor in (["two-ctas"] if args.two_ctas else []) + args.factor:
+            routes.small_bh_plan = two_ctas_plan if factor == "two-ctas" else scaled_plan(factor)
             routes._decide_route.cache_clear()
             plans.forget_all()
             sp = routes.small_bh_plan(problem, device_info(0))
@@ -77,7 +88,8 @@ def main() -> None:
                 end.record()
                 torch.cuda.synchronize()
                 times.append(start.elapsed_time(end))
-            cells.append(f"x{factor:g}: P={sp.segments} L={sp.segment_chunks} {statistics.median(times):.3f} ms (err {check.o_err:.1e}/{check.state_err:.1e})")
+            name = factor if factor == "two-ctas" else f"x{factor:g}"
+            cells.append(f"{name}: P={sp.segments} L={sp.segment_chunks} {statistics.median(times):.3f} ms (err {check.o_err:.1e}/{check.state_err:.1e})")
         routes.small_bh_plan = PLAN
         print(f"{shape.key}: " + " | ".join(cells), flush=True)
 

@@ -61,14 +61,19 @@ def _chunk(p: KdaProblem, dev: DeviceInfo) -> str | None:
 
 
 # Route small_bh (csrc/kda_small_bh.cu) cuts every sequence into segments and runs the chunk route's
-# recurrence on all of them at once: a reduction pass (two CTAs per segment, head and 64 value
-# columns: its end state from zero and its state map), a short stitch, and a replay pass. As many
-# segments as make the reduction one wave of the CTAs an SM holds (4 warps and 77 KB of shared
-# memory each: 2 on an H200 SM, as csrc/kda_small_bh.cu asserts), and at least SMALL_BH_MIN_SEGMENT
-# chunks each. The stitch costs about 3 us per segment against about 1 us per chunk of the two
-# recurrence passes (H200, tools/kernel_times.py), so time ~ 2 L + 3 P over P segments of
-# L = chunks / P chunks: at most sqrt(chunks / 2) segments (B1 T1024 H1 with 32 segments of 2 chunks
-# measured 0.116 ms, chunk 0.046).
+# recurrence on all of them at once: a reduction pass (a CTA per segment, head and 64 value columns that
+# walks a warm-started segment whole, two for one that is stitched: its end state from zero and its state
+# map), a short stitch, and a replay pass. The CTAs take 4 warps and 77 KB of shared memory each, 2 to an
+# SM (SMALL_BH_CTAS_PER_SM, as csrc/kda_small_bh.cu asserts). As many segments as fill those slots once
+# with one CTA per segment: where every segment starts warm that is the whole recurrence, one wave of
+# segments half as long as a cut for the reduction's two CTAs per segment would give; where they are
+# stitched, the reduction takes two waves and the replay one, both of those shorter segments.
+# H200, tools/small_bh_segments.py --two-ctas, lower-bound gate, the plan for two CTAs per segment against
+# this one (ms, FlashKDA's draw, warm / fla's test draw, stitched): B1 T32768 H12 0.747 -> 0.591 / 1.221
+# -> 1.034, B1 T65536 H8 0.967 -> 0.760 / 1.623 -> 1.361. At least SMALL_BH_MIN_SEGMENT chunks each, and at most
+# sqrt(chunks / 2) segments: the stitch costs about 3 us per segment against about 1 us per chunk of the
+# recurrence passes, so a stitched time ~ 2 L + 3 P over P segments of L = chunks / P chunks (B1 T1024
+# H1 with 32 segments of 2 chunks measured 0.116 ms, chunk 0.046).
 SMALL_BH_MIN_SEGMENT = 2
 
 
@@ -85,7 +90,7 @@ def small_bh_plan(p: KdaProblem, dev: DeviceInfo) -> SegmentPlan:
     length cut a long sequence into many and leave short ones whole (balanced by tokens)."""
     chunks = -(-p.seqlen // CHUNK)
     lanes = (1 if p.varlen else p.num_seqs) * p.heads * max(1, p.value_dim // 64)
-    wanted = SMALL_BH_CTAS_PER_SM * dev.sm_count // (2 * lanes) + 1 if lanes else 0
+    wanted = SMALL_BH_CTAS_PER_SM * dev.sm_count // lanes if lanes else 0
     segments = min(wanted, chunks // SMALL_BH_MIN_SEGMENT, max(2, math.isqrt(chunks // 2)))
     if segments < 2:
         return SegmentPlan(max(segments, 0), chunks, lanes)
@@ -154,11 +159,13 @@ def tokens_per_sequence(p: KdaProblem) -> float:
 
 
 # small_bh takes over from chunk once its plan has this many segments per sequence and the sequences
-# are this long. Measured on the H200 (docs/routes/small_bh.md), chunk / small_bh ms: B1 T8192 H21 (4 segments)
-# 0.445 / 0.410, B1 T4096 H8 (7) 0.201 / 0.122, B1 T1024 H4 (5) 0.055 / 0.043, B4 T1024 H2 (5)
-# 0.056 / 0.051, and the other way round at B1 T8192 H24 (3) 0.457 / 0.502, B1 T512 H4 (4) 0.033 /
-# 0.034, B1 T256 H1 (2) 0.022 / 0.026.
-SMALL_BH_MIN_SEGMENTS = 4
+# average this many tokens. Measured on the H200 (docs/routes/small_bh.md), chunk / small_bh ms under the
+# lower-bound gate, where every segment starts warm (FlashKDA's draw) / where every one is stitched (fla's
+# test draw): 5 segments, B1 T4096 H24 0.259 / 0.175 and 0.259 / 0.304, B1 T32768 H24 1.931 / 1.095 and
+# 1.923 / 1.884; 4 segments, B1 T8192 H32 0.547 / 0.672 stitched (plain: 0.508 / 0.361); 2 segments, B1
+# T8192 H64 0.748 / 0.728 and 0.748 / 0.993. Earlier (before the plan's one CTA per segment per slot):
+# B1 T512 H4 0.033 / 0.034, B1 T256 H1 0.022 / 0.026.
+SMALL_BH_MIN_SEGMENTS = 5
 SMALL_BH_MIN_TOKENS = 1024
 
 
@@ -169,20 +176,26 @@ def preference(p: KdaProblem, dev: DeviceInfo) -> tuple[tuple[str, str], ...]:
         why = f"{tps:.0f} tokens per sequence < {CHUNK_MIN_TOKENS}"
         return ("direct", why), ("chunk", f"slower than direct at {why}"), ("small_bh", f"slower than direct at {why}")
     why = f"{tps:.0f} tokens per sequence >= {CHUNK_MIN_TOKENS}"
-    segments = small_bh_plan(p, dev).segments
-    if p.varlen:
-        seg_why = "varlen batches: not yet measured against chunk on a GPU, so taken only when forced"
-    elif p.seqlen < SMALL_BH_MIN_TOKENS:
-        seg_why = f"T={p.seqlen} < {SMALL_BH_MIN_TOKENS}"
+    plan = small_bh_plan(p, dev)
+    segments, slots = plan.segments, SMALL_BH_CTAS_PER_SM * dev.sm_count
+    per = "over the batch" if p.varlen else "per sequence"
+    if p.varlen and p.num_seqs * plan.lanes > slots:
+        # chunk walks every sequence at once: with a CTA per slot already, cutting the long ones gains
+        # nothing (serving lengths, H200: H24 0.356 / 0.350 warm, 0.357 / 0.460 stitched; H16, 192
+        # CTAs, 0.326 / 0.241 and 0.327 / 0.313; one 16384-token sequence among four short ones at H16
+        # 1.370 / 0.444 and 1.368 / 0.762)
+        seg_why = f"{p.num_seqs} sequences x {plan.lanes} lanes fill the {slots} recurrence slots already"
+    elif tps < SMALL_BH_MIN_TOKENS:
+        seg_why = f"{tps:.0f} tokens per sequence < {SMALL_BH_MIN_TOKENS}"
     elif segments >= SMALL_BH_MIN_SEGMENTS:
-        seg_why = f"{segments} segments per sequence >= {SMALL_BH_MIN_SEGMENTS}"
+        seg_why = f"{segments} segments {per} >= {SMALL_BH_MIN_SEGMENTS}"
         return (
             ("small_bh", seg_why),
             ("chunk", f"slower than small_bh at {seg_why}"),
             ("direct", f"slower than chunk at {why}"),
         )
     else:
-        seg_why = f"{segments} segments per sequence < {SMALL_BH_MIN_SEGMENTS}"
+        seg_why = f"{segments} segments {per} < {SMALL_BH_MIN_SEGMENTS}"
     return ("chunk", why), ("small_bh", f"slower than chunk at {seg_why}"), ("direct", f"slower than chunk at {why}")
 
 
