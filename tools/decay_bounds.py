@@ -1,11 +1,14 @@
 """How far back the state remembers, per chunk of 16 tokens, for the bench's inputs (CPU, fp64): the
 norm of each chunk's state map and the bound route small_bh's warm starts use, and how many chunks a
-segment must walk back before that bound reaches 2^-20 (csrc/kda_chunk.cuh kDropLog2, kWarmChunks).
+segment must walk back before that bound reaches 2^-20 (csrc/kda_chunk.cuh kDropLog2, kWarmChunks), and how
+many chunks the prepare pass takes through its steep path (some key's in-chunk decay past kShiftLimit
+from the reference row, so that A and P are formed level by level: steep_a_p, about twice the pass's work).
 
     python3 tools/decay_bounds.py [--config lower-bound|softplus] [--gate-params test|init|flashkda] [--heads 8] [--chunks 24]
 
 One line per head: exp(A_log), the median and largest ||T||_2 over the chunks, the same for the
-bound, and the warm-up chunks a segment start needs (median, worst; '-' past kWarmChunks: stitched)."""
+bound, the warm-up chunks a segment start needs (median, worst; '-' past kWarmChunks: stitched), and the
+share of its chunks that take the steep path."""
 import argparse
 import math
 
@@ -17,6 +20,14 @@ from kdactl.bench.suites import fixed
 from kdactl.reference import chunk_state_map, fused_inputs
 
 C, DROP_LOG2, WARM_CHUNKS = 16, -20.0, 8
+SHIFT_LIMIT, REF_ROW = 60.0, C // 2 - 1  # csrc/kda_chunk.cuh kShiftLimit, PrepSmem::kRefRow
+
+
+def steep(g_chunk: torch.Tensor) -> bool:
+    """Whether the prepare pass takes its steep path for a chunk of log decays g [C, K] (prepare_chunk)."""
+    G = g_chunk.cumsum(0)
+    ref = G[REF_ROW]
+    return bool((ref < -SHIFT_LIMIT).any() or ((G - ref).abs() > SHIFT_LIMIT).any())
 
 
 def warm_chunks(log2_bounds: list[float], first: int) -> int | None:
@@ -42,9 +53,10 @@ def main() -> None:
     q, k, g, beta = fused_inputs(x["q"], x["k"], x["v"], x["g"], x["beta"], x["config"].fused_spec(), x["A_log"], x["dt_bias"])
     print(f"{args.config}, gate parameters {args.gate_params}: per head, over {args.chunks} chunks of {C} tokens")
     for h in range(args.heads):
-        norms, bounds = [], []
+        norms, bounds, steeps = [], [], 0
         for c in range(args.chunks):
             rows = slice(c * C, (c + 1) * C)
+            steeps += steep(g[0, rows, h].double())
             T, bound = chunk_state_map(k[0, rows, h], g[0, rows, h], beta[0, rows, h])
             norms.append(torch.linalg.matrix_norm(T, 2).item())
             bounds.append(bound.item())
@@ -54,7 +66,7 @@ def main() -> None:
         med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
         warm = f"{med(done)} / {max(done)}" if len(done) == len(walks) else f"- ({len(walks) - len(done)} of {len(walks)} stitched)"
         print(f"  head {h}: exp(A_log) {x['A_log'][h].exp().item():5.2f}  ||T|| median {med(norms):.1e} max {max(norms):.1e}"
-              f"  bound median {med(bounds):.1e} max {max(bounds):.1e}  warm-up chunks {warm}")
+              f"  bound median {med(bounds):.1e} max {max(bounds):.1e}  warm-up chunks {warm}  steep {steeps / args.chunks:.0%}")
 
 
 if __name__ == "__main__":
