@@ -17,6 +17,7 @@ class FakeHarness:
     times: dict[str, float] = field(default_factory=lambda: {"auto": 1.0, "direct": 1.0, "fla.chunk_kda": 2.0})
     wrong: set[str] = field(default_factory=set)  # candidates whose check fails
     errors: dict[str, tuple[float, float]] = field(default_factory=dict)  # name -> (o, state) error ratios
+    details: dict[str, str] = field(default_factory=dict)  # name -> what its checked call says it did
     raising: dict[str, str] = field(default_factory=dict)  # name -> "check" | "warmup" | "time"
     rejected: dict[str, str] = field(default_factory=dict)  # route -> reason
     unavailable: set[str] = field(default_factory=set)
@@ -58,7 +59,7 @@ class FakeHarness:
         self.events.append(f"call:{name}")  # a real check runs the candidate once
         if name in self.errors:
             return Check(*self.errors[name])
-        return Check(0.5, 0.5) if name in self.wrong else Check(1e-4, 2e-4)
+        return Check(0.5, 0.5) if name in self.wrong else Check(1e-4, 2e-4, detail=self.details.get(name, ""))
 
     def _call(self, name: str):
         self.events.append(f"call:{name}")

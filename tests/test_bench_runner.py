@@ -44,6 +44,13 @@ def test_median_of_block_medians_reaches_the_report():
     assert auto.summary.median_ms == 1.0 and auto.summary.max_ms == 6.0 and auto.summary.samples == 8
 
 
+def test_what_a_checked_call_says_joins_its_note():
+    h = FakeHarness(details={"auto": "3 of 4 segment starts warm (decay bound), 1 stitched", "direct": "ran"})
+    r = bench(h, peers="none")
+    assert r.runs[0].outcome("auto").note == "auto -> direct; 3 of 4 segment starts warm (decay bound), 1 stitched"
+    assert r.runs[0].outcome("direct").note == "ran"  # a candidate without a note of its own
+
+
 def test_wrong_own_kernel_is_failed_not_timed_and_exits_1():
     h = FakeHarness(wrong={"direct"})
     r = bench(h)

@@ -356,3 +356,25 @@ def test_a_planted_fault_fails(fault, includes, tmp_path):
         x, s0, _ = random_inputs(1, 200, 2, with_state=True, g_range=(-0.02, 0.0))
         err = errors(lambda *_: faulty, "chunk", x, initial_state=s0)
     assert max(err) > ERROR_LIMIT
+
+
+@pytest.mark.parametrize("draw,warm", [("flashkda", True), ("init", False)])
+def test_segment_starts_read_back_from_small_bhs_workspace(kernels, draw, warm):
+    """kdactl bench's report of small_bh's starts (kdactl.kda.segments) from the bounds an emulated call
+    left in its workspace: every start warm under FlashKDA's draw (every channel decays strongly), none
+    under a layer's initialization (the state keeps most of itself each chunk), as tools/decay_bounds.py
+    computes them in fp64."""
+    from kdactl.kda.segments import bounds_offset, read_log2_bounds, segment_starts
+
+    T, H = 4000, 2  # 250 chunks: starts far more than 8 chunks from the sequence's start
+    x, A_log, dt_bias = raw_inputs(T, H, draw)
+    emu = kernels(FEW_SMS)
+    emu.run("small_bh", x["q"], x["k"], x["v"], x["g"], x["beta"], fused=LOWER_BOUND, A_log=A_log, dt_bias=dt_bias,
+            state_v_first=True)  # fmt: skip
+    p = KdaProblem(1, T, H, 128, 128, 1, False, False, False)
+    plan = small_bh_plan(p, emu.device)
+    bounds = read_log2_bounds(emu.workspace, p, bounds_offset(p, emu.device, emu.workspace_bytes))
+    starts = segment_starts(bounds, [T], plan.segment_chunks)
+    later = [first for first in range(plan.segment_chunks, -(-T // 16), plan.segment_chunks) if first > 8]
+    assert starts.warm + starts.stitched == H * (plan.segments - 1) and later
+    assert starts.stitched == (0 if warm else H * len(later)), starts

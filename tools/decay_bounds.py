@@ -17,9 +17,10 @@ import torch
 from kdactl.bench import candidates
 from kdactl.bench.configs import CONFIGS, GATE_PARAMS
 from kdactl.bench.suites import fixed
+from kdactl.kda.segments import WARM_CHUNKS, warm_start
 from kdactl.reference import chunk_state_map, fused_inputs
 
-C, DROP_LOG2, WARM_CHUNKS = 16, -20.0, 8
+C = 16
 SHIFT_LIMIT, REF_ROW = 60.0, C // 2 - 1  # csrc/kda_chunk.cuh kShiftLimit, PrepSmem::kRefRow
 
 
@@ -31,13 +32,9 @@ def steep(g_chunk: torch.Tensor) -> bool:
 
 
 def warm_chunks(log2_bounds: list[float], first: int) -> int | None:
-    """Chunks walked back from chunk ``first`` until the bounds multiply to 2^DROP_LOG2, else None."""
-    total = 0.0
-    for w in range(1, WARM_CHUNKS + 1):
-        total += log2_bounds[first - w]
-        if total <= DROP_LOG2:
-            return w
-    return None
+    """Chunks a segment starting at chunk ``first`` walks back (as the kernels decide it), else None."""
+    start = warm_start(log2_bounds, first)
+    return None if start is None else first - start
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ as failed and never timed. States are compared K-first: a V-first state is trans
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import zlib
@@ -174,8 +175,26 @@ def own_candidates(inputs, ref, routes: Sequence[str] | None, device) -> list[Ca
             state.fill_(float("nan"))
             return run()
 
-        out.append(Candidate(name, kind, run=run, check=checker(poisoned_run, ref, config.state_v_first), note=note))
+        check = checker(poisoned_run, ref, config.state_v_first)
+        if name == "small_bh":
+            check = _with_segment_starts(check, ws, problem, dev, x)
+        out.append(Candidate(name, kind, run=run, check=check, note=note))
     return out
+
+
+def _with_segment_starts(check, ws, problem, dev, x):
+    """small_bh's check, saying how the checked call's segments started (kdactl.kda.segments): from
+    the bounds it left in its workspace, read back before anything else runs on it."""
+    from kdactl.kda.segments import starts_of_call
+
+    cu = None if x["cu_seqlens_cpu"] is None else x["cu_seqlens_cpu"].tolist()
+    lengths = [problem.seqlen] * problem.num_seqs if cu is None else [b - a for a, b in zip(cu, cu[1:], strict=False)]
+
+    def checked() -> Check:
+        result = check()
+        return dataclasses.replace(result, detail=str(starts_of_call(ws.buffer, problem, dev, lengths)))
+
+    return checked
 
 
 def _engine_call(x, config: Config):

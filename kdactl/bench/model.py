@@ -39,6 +39,7 @@ class Check:
     o_err: float
     state_err: float
     limit: float = ERROR_LIMIT
+    detail: str = ""  # what the checked call did, where the call can say (small_bh: how its segments started)
 
     @property
     def ok(self) -> bool:

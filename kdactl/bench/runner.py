@@ -248,6 +248,8 @@ def _check_all(cands: list[Candidate], run: ShapeRun, prog) -> list[tuple[Candid
         except Exception as err:  # noqa: BLE001
             _fail(o, ERROR, f"check raised {type(err).__name__}: {err}")
             continue
+        if o.check.detail:
+            o.note = f"{o.note}; {o.check.detail}" if o.note else o.check.detail
         if not o.check.ok and (o.own or not o.check.within(PEER_TIMED_LIMIT)):
             _fail(o, FAILED, f"wrong result: error ratio o {o.check.o_err:.3g}, state {o.check.state_err:.3g} "
                              f"(limit {o.check.limit:g}); not timed")  # fmt: skip

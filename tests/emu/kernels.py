@@ -69,6 +69,14 @@ class EmulatedKernels:
                                                         ctypes.POINTER(ctypes.c_uint64)]  # fmt: skip
         self.lib.kdactl_error_string.restype = ctypes.c_char_p
         self.device = DeviceInfo(sms, (9, 0), "sm_90a")
+        self.workspace: torch.Tensor | None = None  # the last call's
+
+    def workspace_bytes(self, route_id: int, args: KdaArgs) -> int:
+        need = ctypes.c_uint64()
+        rc = self.lib.kdactl_kda_workspace_bytes(ctypes.byref(args), route_id, ctypes.byref(need))
+        if rc:
+            raise RuntimeError(f"workspace_bytes: {self.lib.kdactl_error_string(rc).decode()}")
+        return need.value
 
     def run(self, route: str, q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None,
             fused: Fused = NONE, A_log=None, dt_bias=None, state_v_first=False, tuning: Tuning = AUTO,
@@ -110,13 +118,11 @@ class EmulatedKernels:
                         ("dt_bias", dt_bias), ("state_indices", state_indices), ("checkpoints", checkpoints)):  # fmt: skip
             if x is not None:
                 setattr(args, name, x.data_ptr())
-        need = ctypes.c_uint64()
-        rc = self.lib.kdactl_kda_workspace_bytes(ctypes.byref(args), route_id, ctypes.byref(need))
-        if rc:
-            raise RuntimeError(f"workspace_bytes: {self.lib.kdactl_error_string(rc).decode()}")
+        need = self.workspace_bytes(route_id, args)
         # NaN bytes: a workspace read before the route writes it shows in the outputs
-        workspace = guards.put("workspace", torch.full((max(need.value, 1),), 0xFF, dtype=torch.uint8))
-        args.workspace, args.workspace_bytes = workspace.data_ptr(), need.value
+        workspace = guards.put("workspace", torch.full((max(need, 1),), 0xFF, dtype=torch.uint8))
+        args.workspace, args.workspace_bytes = workspace.data_ptr(), need
+        self.workspace = workspace  # what the call left there, for tests that read it back
         launcher = getattr(self.lib, f"kdactl_kda_{route}")
         launcher.argtypes = [ctypes.POINTER(KdaArgs), ctypes.c_void_p]
         rc = launcher(ctypes.byref(args), None)

@@ -1,0 +1,92 @@
+"""kdactl.kda.segments: which of small_bh's segments start warm, from the bounds its prepare pass left,
+following csrc's warm_start step for step (its constants read from the header here)."""
+
+import re
+
+import pytest
+
+from kdactl.assets import csrc_dir
+from kdactl.kda.segments import DROP_LOG2, WARM_CHUNKS, SegmentStarts, segment_starts, warm_start
+
+
+def test_constants_are_the_headers():
+    text = (csrc_dir() / "kda_chunk.cuh").read_text()
+    assert float(re.search(r"constexpr float kDropLog2 = (-?[0-9.]+)f;", text).group(1)) == DROP_LOG2
+    assert int(re.search(r"constexpr int kWarmChunks = ([0-9]+);", text).group(1)) == WARM_CHUNKS
+
+
+@pytest.mark.parametrize(
+    "bound,first,start",
+    [
+        (-25.0, 40, 39),  # one chunk forgets enough
+        (-10.0, 40, 38),  # two: -20 reaches the limit exactly
+        (-2.5, 40, 32),  # eight: the last one the walk takes
+        (-2.0, 40, None),  # eight chunks bound it to 2^-16 only: stitched
+        (0.5, 40, None),  # a map that may grow the state
+        (0.0, 5, 0),  # the walk reaches the sequence's start: exact from there
+        (0.0, 9, None),  # chunk 0's bound is never read: 8 chunks back from 9 end at chunk 1
+    ],
+)  # fmt: skip
+def test_warm_start_walks_back_at_most_warm_chunks(bound, first, start):
+    assert warm_start([bound] * 64, first) == start
+
+
+def test_warm_start_of_segment_zero_and_a_strong_chunk_among_weak_ones():
+    assert warm_start([0.0] * 64, 0) == 0
+    bounds = [0.0] * 64
+    bounds[35] = -30.0  # the walk from 40 passes 39 .. 36 (sum 0) and stops at 35
+    assert warm_start(bounds, 40) == 35
+
+
+def test_segment_starts_counts_every_sequence_head_and_later_segment():
+    # two sequences of 30 chunks (fixed layout: slots 0-29 and 31-60), 2 heads, segments of 10 chunks:
+    # starts at chunks 10 and 20 of each (sequence, head), more than 8 chunks from the sequence's start
+    slots = 2 * 30 + 2
+    bounds = [[-25.0, 0.0] for _ in range(slots)]  # head 0 forgets in a chunk, head 1 never
+    starts = segment_starts(bounds, [480, 480], 10)
+    assert starts == SegmentStarts(warm=4, stitched=4)
+    assert str(starts) == "4 of 8 segment starts warm (decay bound), 4 stitched"
+    # within 8 chunks of its sequence's start a segment starts exactly from there, however weak the decay
+    assert segment_starts(bounds, [480, 480], 4).stitched == 2 * 5  # head 1 from 12, 16, .. 28; 4 and 8 reach chunk 0
+
+
+def test_segment_starts_reads_a_varlen_batchs_slots():
+    # lengths 40 (3 chunks, slots 0-2), 200 (13 chunks, from slot 40 // 16 + 1 = 3), 20 (2 chunks)
+    lengths, slots = [40, 200, 20], 260 // 16 + 3
+    bounds = [[0.0] for _ in range(slots)]
+    for c in range(13):
+        bounds[3 + c][0] = -25.0 if c == 7 else 0.0  # the second sequence's chunk 7 only
+    # segments of 4 chunks: the first sequence has none after its first; the second starts 4, 8, 12;
+    # the walk from 8 meets chunk 7 (warm), from 12 it reaches 7 within 8 chunks (warm), from 4 it
+    # reaches chunk 0 of its own sequence (exact, warm); the third has one segment
+    assert segment_starts(bounds, lengths, 4) == SegmentStarts(warm=3, stitched=0)
+    bounds[3 + 7][0] = 0.0  # now only the start at 12 walks 8 chunks (11 .. 4) without reaching chunk 0
+    assert segment_starts(bounds, lengths, 4) == SegmentStarts(warm=2, stitched=1)
+
+
+def test_bench_says_how_small_bhs_checked_call_started(monkeypatch):
+    """kdactl bench's small_bh check: the lengths of the call's sequences (fixed or from cu_seqlens) go
+    to starts_of_call with its workspace, and what it counts becomes the check's detail."""
+    import torch
+
+    from kdactl.bench import candidates
+    from kdactl.bench.model import Check
+    from kdactl.kda import segments
+    from kdactl.kda.problem import KdaProblem
+    from kdactl.kda.routes import DeviceInfo
+
+    seen = []
+
+    def starts_of_call(buffer, p, dev, lengths):
+        seen.append((buffer, list(lengths)))
+        return SegmentStarts(warm=5, stitched=1)
+
+    monkeypatch.setattr(segments, "starts_of_call", starts_of_call)
+    dev, ws = DeviceInfo(132, (9, 0), "sm_90a"), type("Ws", (), {"buffer": "the buffer"})()
+    fixed = KdaProblem(2, 4096, 4, 128, 128, 2, False, False, False)
+    check = candidates._with_segment_starts(lambda: Check(1e-4, 2e-4), ws, fixed, dev, {"cu_seqlens_cpu": None})
+    result = check()
+    assert (result.o_err, result.state_err) == (1e-4, 2e-4) and result.detail == str(SegmentStarts(5, 1))
+    varlen = KdaProblem(1, 5000, 4, 128, 128, 3, True, False, False)
+    candidates._with_segment_starts(lambda: Check(0, 0), ws, varlen, dev, {"cu_seqlens_cpu": torch.tensor([0, 1000, 1300, 5000])})()
+    assert seen == [("the buffer", [4096, 4096]), ("the buffer", [1000, 300, 3700])]
