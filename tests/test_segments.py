@@ -90,3 +90,21 @@ def test_bench_says_how_small_bhs_checked_call_started(monkeypatch):
     varlen = KdaProblem(1, 5000, 4, 128, 128, 3, True, False, False)
     candidates._with_segment_starts(lambda: Check(0, 0), ws, varlen, dev, {"cu_seqlens_cpu": torch.tensor([0, 1000, 1300, 5000])})()
     assert seen == [("the buffer", [4096, 4096]), ("the buffer", [1000, 300, 3700])]
+
+
+def test_a_bench_report_that_cannot_read_the_starts_leaves_the_check_as_it_was(monkeypatch):
+    from kdactl.bench import candidates
+    from kdactl.bench.model import Check
+    from kdactl.kda import segments
+    from kdactl.kda.problem import KdaProblem
+    from kdactl.kda.routes import DeviceInfo
+
+    def broken(*args):
+        raise RuntimeError("no library")
+
+    monkeypatch.setattr(segments, "starts_of_call", broken)
+    ws = type("Ws", (), {"buffer": None})()
+    p = KdaProblem(1, 4096, 4, 128, 128, 1, False, False, False)
+    result = candidates._with_segment_starts(lambda: Check(1e-4, 2e-4), ws, p, DeviceInfo(132, (9, 0), "sm_90a"),
+                                             {"cu_seqlens_cpu": None})()  # fmt: skip
+    assert result.ok and result.detail == "segment starts not read: RuntimeError: no library"
