@@ -13,23 +13,9 @@ import random
 import pytest
 import torch
 
-DROP_LOG2, WARM_CHUNKS = -20.0, 8  # csrc/kda_chunk.cuh kDropLog2, kWarmChunks
+from kdactl.kda.segments import warm_start  # the kernels' warm_start, step for step
+
 D = 6  # the model's state size
-
-
-def warm_start(log2_bounds: list[float], first: int) -> int:
-    """The chunk segment `first`'s walk starts from (0: the sequence's start), or -1: stitched."""
-    if first == 0:
-        return 0
-    total = 0.0
-    for w in range(WARM_CHUNKS):
-        c = first - 1 - w
-        if c <= 0:
-            return 0
-        total += log2_bounds[c]
-        if total <= DROP_LOG2:
-            return c
-    return -1
 
 
 def walk(maps, adds, start_state, c0, c1):
@@ -47,7 +33,7 @@ def small_bh(maps, adds, s0, seg_chunks):
     log2 = [math.log2(torch.linalg.matrix_norm(m, 2).item() or 2.0**-200) for m in maps]
     first = [p * seg_chunks for p in range(P)]
     end = [min(chunks, f + seg_chunks) for f in first]
-    warm = [warm_start(log2, f) for f in first]
+    warm = [-1 if (c := warm_start(log2, f)) is None else c for f in first]  # -1: stitched
     zero = torch.zeros_like(s0)
     ends, mats, starts, writer = {}, {}, {}, {}
     for p in range(P):  # kReduce: even slots E, odd slots M
