@@ -176,7 +176,7 @@ def own_candidates(inputs, ref, routes: Sequence[str] | None, device) -> list[Ca
             return run()
 
         check = checker(poisoned_run, ref, config.state_v_first)
-        if name == "small_bh":
+        if (decision.route if name == "auto" else name) == "small_bh":
             check = _with_segment_starts(check, ws, problem, dev, x)
         out.append(Candidate(name, kind, run=run, check=check, note=note))
     return out
