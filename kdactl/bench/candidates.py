@@ -131,7 +131,8 @@ def own_candidates(inputs, ref, routes: Sequence[str] | None, device) -> list[Ca
     """``auto`` and the requested routes (all of ROUTES by default). Routes run through
     kdactl.kda.prefill with preallocated outputs (poisoned with NaN before the check, so an unwritten
     element fails it) and their own workspace. In a fused configuration ``auto`` is called as an
-    engine calls it: through kdactl.kda.chunk_kda, fla's signature, with fla's flags."""
+    engine calls it: through kdactl.kda.chunk_kda, fla's signature, with fla's flags. A small_bh call
+    with a workspace here (forced, or auto outside the fused configurations) reports its segment starts."""
     from kdactl.kda import ROUTES, KdaWorkspace, decide_route, eligibility, prefill, validate
     from kdactl.kda.device import device_info
     from kdactl.kda.routes import route_detail
