@@ -32,8 +32,8 @@ def two_ctas_plan(p, dev):
     """The plan before 2026-12-05: segments for one wave of the reduction's two CTAs (E and M) per
     segment, S / (2 lanes) + 1 of them, which half-fills the GPU where every segment starts warm."""
     lanes = PLAN(p, dev).lanes
-    return PLAN(p, routes.DeviceInfo(max(1, (routes.SMALL_BH_CTAS_PER_SM * dev.sm_count // (2 * lanes) + 1) * lanes
-                                         // routes.SMALL_BH_CTAS_PER_SM), dev.cc, dev.target))
+    wanted = routes.small_bh_slots(dev) // (2 * lanes) + 1  # the device below fits this many per lane
+    return PLAN(p, routes.DeviceInfo(max(1, wanted * lanes // routes.SMALL_BH_CTAS_PER_SM), dev.cc, dev.target))
 
 
 def scaled_plan(factor: float):

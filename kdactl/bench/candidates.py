@@ -153,7 +153,8 @@ def own_candidates(inputs, ref, routes: Sequence[str] | None, device) -> list[Ca
         if name != "auto" and verdicts[name] is not None:
             out.append(Candidate(name, "route", reason=verdicts[name]))
             continue
-        detail = route_detail(problem, dev, decision.route if name == "auto" else name)
+        route = decision.route if name == "auto" else name  # what this candidate runs
+        detail = route_detail(problem, dev, route)
         if name == "auto":
             kind, note = "auto", f"auto -> {decision.route}" + (f" ({detail})" if detail else "")
         else:
@@ -177,7 +178,7 @@ def own_candidates(inputs, ref, routes: Sequence[str] | None, device) -> list[Ca
             return run()
 
         check = checker(poisoned_run, ref, config.state_v_first)
-        if (decision.route if name == "auto" else name) == "small_bh":
+        if route == "small_bh":
             check = _with_segment_starts(check, ws, problem, dev, x)
         out.append(Candidate(name, kind, run=run, check=check, note=note))
     return out

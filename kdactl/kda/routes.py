@@ -84,13 +84,18 @@ class SegmentPlan:
     lanes: int  # recurrence CTAs per segment index: sequences x heads x value slices (varlen: heads x slices)
 
 
+def small_bh_slots(dev: DeviceInfo) -> int:
+    """The recurrence CTAs small_bh's passes fit on the device at once (SMALL_BH_CTAS_PER_SM an SM)."""
+    return SMALL_BH_CTAS_PER_SM * dev.sm_count
+
+
 def small_bh_plan(p: KdaProblem, dev: DeviceInfo) -> SegmentPlan:
     """How route small_bh would cut this problem's sequences (what the C launcher is given). A varlen
     batch is cut as if its sequences were one: its lengths are on the device, and segments of one
     length cut a long sequence into many and leave short ones whole (balanced by tokens)."""
     chunks = -(-p.seqlen // CHUNK)
     lanes = (1 if p.varlen else p.num_seqs) * p.heads * max(1, p.value_dim // 64)
-    wanted = SMALL_BH_CTAS_PER_SM * dev.sm_count // lanes if lanes else 0
+    wanted = small_bh_slots(dev) // lanes if lanes else 0
     segments = min(wanted, chunks // SMALL_BH_MIN_SEGMENT, max(2, math.isqrt(chunks // 2)))
     if segments < 2:
         return SegmentPlan(max(segments, 0), chunks, lanes)
@@ -177,7 +182,7 @@ def preference(p: KdaProblem, dev: DeviceInfo) -> tuple[tuple[str, str], ...]:
         return ("direct", why), ("chunk", f"slower than direct at {why}"), ("small_bh", f"slower than direct at {why}")
     why = f"{tps:.0f} tokens per sequence >= {CHUNK_MIN_TOKENS}"
     plan = small_bh_plan(p, dev)
-    segments, slots = plan.segments, SMALL_BH_CTAS_PER_SM * dev.sm_count
+    segments, slots = plan.segments, small_bh_slots(dev)
     per = "over the batch" if p.varlen else "per sequence"
     if p.varlen and p.num_seqs * plan.lanes > slots:
         # chunk walks every sequence at once: with a CTA per slot already, cutting the long ones gains

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from kdactl.kda.problem import KdaProblem
-from kdactl.kda.routes import DeviceInfo
+from kdactl.kda.routes import DeviceInfo, small_bh_plan
 from kdactl.kernel_abi import CHUNK, ROUTE_IDS
 
 DROP_LOG2 = -20.0  # csrc/kda_chunk.cuh kDropLog2: the dropped history at most 2^-20 of the state
@@ -90,7 +90,5 @@ def read_log2_bounds(workspace: torch.Tensor, p: KdaProblem, offset: int) -> lis
 
 def starts_of_call(workspace: torch.Tensor, p: KdaProblem, dev: DeviceInfo, lengths: Sequence[int]) -> SegmentStarts:
     """How the segments of the small_bh call that last used ``workspace`` started."""
-    from kdactl.kda.routes import small_bh_plan
-
     bounds = read_log2_bounds(workspace, p, bounds_offset(p, dev))
     return segment_starts(bounds, lengths, small_bh_plan(p, dev).segment_chunks)
