@@ -164,7 +164,8 @@ __device__ __forceinline__ void l2norm_row(T* row, int first) {
 }
 
 // A and P for chunks whose decay is too steep to factor through one reference row (kShiftLimit), still
-// on tensor cores, from G as staged (sm.G, before the e^G pass). Each pair s < t is factored through
+// on tensor cores, from G as staged (sm.G, before the e^G pass, in log2 units: G log2(e), so that each
+// factor is one ex2). Each pair s < t is factored through
 // the token R where the chunk's binary halving first parts them (t and s agree on the bits above the
 // highest one in which they differ, b; R is the last token of s's half):
 //   e^(G_t - G_s) = e^(G_t - G_R) e^(G_R - G_s),   s <= R < t,
@@ -174,8 +175,9 @@ __device__ __forceinline__ void l2norm_row(T* row, int first) {
 // Level lv = 0, 1, 2 pairs the rows t with bit b = 3 - lv set with the 8 columns s of their block's
 // other half (b clear); level 3 pairs t = 2m + 1 with s = 2m and gives P's even diagonal (R = s:
 // factor 1); level 4 gives P's odd diagonal. One m16n8k8 product per level and k-step (B's 8 columns
-// are the level's 8 tokens s), rows outside the level zero. Every (t, s <= t) is written by exactly
-// one level; the rest of NM and P stays zero.
+// are the level's 8 tokens s). Every (t, s <= t) is written by exactly one level; the rest of NM and P
+// stays zero. A row with no pair at a level takes itself as reference (a factor of 1, so no inf or NaN
+// in its products): an mma's rows are independent, and that row's accumulators are never written out.
 struct SteepLevel {
   int lv;
   // The reference token of row r, or -1 where r has no pair at this level.
@@ -203,27 +205,29 @@ struct SteepLevel {
   }
 };
 
+// q or k widened from bf16 or fp16 is a tf32 value already (8 or 10 mantissa bits, fp16's range), so an
+// operand of factor 1 goes to the mma as it is: no product, no rounding.
+__device__ __forceinline__ uint32_t tf32_exact(float x) { return __float_as_uint(x); }
+
 template <int K, typename In, typename Sm>
 __device__ __forceinline__ void steep_a_p(Sm& sm, int lane, float scale) {
   constexpr int kLevels = 5;
   const int g = lane >> 2, t = lane & 3;
-  // This lane's rows g and g + 8 and its B column g at each level, with their reference tokens (a row
-  // outside the level takes itself: e^0 = 1, then times 0, never inf * 0).
+  // This lane's rows g and g + 8 and its B column g at each level, with their reference tokens.
   int row_ref[kLevels][2], s_col[kLevels], r_col[kLevels];
-  float live[kLevels][2];
 #pragma unroll
   for (int lv = 0; lv < kLevels; ++lv) {
     const SteepLevel level{lv};
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = g + 8 * half, ref = level.row_ref(r);
-      live[lv][half] = ref >= 0 ? 1.f : 0.f;
       row_ref[lv][half] = ref >= 0 ? ref : r;
     }
     s_col[lv] = level.col_token(g);
     r_col[lv] = level.col_ref(s_col[lv]);
   }
   for (int i = lane; i < C * C; i += 32) sm.NM[i / C][i % C] = 0.f, sm.P[i / C][i % C] = 0.f;
+  // P's products leave scale out (q e^(G_t - G_R), not scale q e^(..)): it multiplies each sum once.
   float acc_a[kLevels - 1][4] = {}, acc_p[kLevels][4] = {};  // level 4 is P's odd diagonal alone
 #pragma unroll 2
   for (int kk = 0; kk < K / 8; ++kk) {
@@ -241,22 +245,26 @@ __device__ __forceinline__ void steep_a_p(Sm& sm, int lane, float scale) {
       uint32_t ak[4], aq[4];
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        float2 e = make_float2(live[lv][half], live[lv][half]);  // level 4: the row is its own reference
-        if (lv < 4) {
-          const float2 G_r = *reinterpret_cast<const float2*>(&sm.G[row_ref[lv][half]][col]);
-          e = make_float2(e.x * ex(G_t[half].x - G_r.x), e.y * ex(G_t[half].y - G_r.y));
+        if (lv == 4) {  // every row its own reference
+          aq[half] = tf32_exact(qv[half].x), aq[half + 2] = tf32_exact(qv[half].y);
+          continue;
         }
-        if (lv == 0 && half == 0) e = make_float2(0.f, 0.f);  // rows 0-7 have no pair across the middle
+        if (lv == 0 && half == 0) {  // rows 0-7 have no pair across the middle
+          ak[0] = ak[2] = aq[0] = aq[2] = 0u;
+          continue;
+        }
+        const float2 G_r = *reinterpret_cast<const float2*>(&sm.G[row_ref[lv][half]][col]);
+        const float2 e = make_float2(ex2(G_t[half].x - G_r.x), ex2(G_t[half].y - G_r.y));
         ak[half] = to_tf32(kv[half].x * e.x), ak[half + 2] = to_tf32(kv[half].y * e.y);
-        aq[half] = to_tf32(qv[half].x * scale * e.x), aq[half + 2] = to_tf32(qv[half].y * scale * e.y);
+        aq[half] = to_tf32(qv[half].x * e.x), aq[half + 2] = to_tf32(qv[half].y * e.y);
       }
-      float2 y = to_f2(&sm.k[s_col[lv]][col]);
-      if (lv <= 2) {  // levels 3 and 4: the column is its own reference
+      const float2 y = to_f2(&sm.k[s_col[lv]][col]);
+      uint32_t b0 = tf32_exact(y.x), b1 = tf32_exact(y.y);  // levels 3 and 4: the column is its own reference
+      if (lv <= 2) {
         const float2 G_s = *reinterpret_cast<const float2*>(&sm.G[s_col[lv]][col]);
         const float2 G_r = *reinterpret_cast<const float2*>(&sm.G[r_col[lv]][col]);
-        y = make_float2(y.x * ex(G_r.x - G_s.x), y.y * ex(G_r.y - G_s.y));
+        b0 = to_tf32(y.x * ex2(G_r.x - G_s.x)), b1 = to_tf32(y.y * ex2(G_r.y - G_s.y));
       }
-      const uint32_t b0 = to_tf32(y.x), b1 = to_tf32(y.y);
       if (lv < 4) mma_tf32(acc_a[lv < 4 ? lv : 0], ak, b0, b1);
       mma_tf32(acc_p[lv], aq, b0, b1);
     }
@@ -269,7 +277,7 @@ __device__ __forceinline__ void steep_a_p(Sm& sm, int lane, float scale) {
     for (int i = 0; i < 4; ++i) {  // (row g or g + 8, column 2t or 2t + 1)
       const int r = g + 8 * (i >> 1), s = level.col_token(2 * t + (i & 1)), ref = level.row_ref(r);
       if (ref < 0 || ref != level.col_ref(s)) continue;  // not a pair of this level
-      sm.P[r][s] = acc_p[lv][i];
+      sm.P[r][s] = scale * acc_p[lv][i];
       if (lv < 4 && s < r) sm.NM[r][s] = sm.beta[r] * acc_a[lv < 4 ? lv : 0][i];
     }
   }
@@ -386,7 +394,8 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
       *ref = make_float4(ex(mid[0]), ex(mid[1]), ex(mid[2]), ex(mid[3]));
     } else {
 #pragma unroll
-      for (int r = 0; r < C; ++r) out[r * Sm::GP / 4] = make_float4(Gr[r][0], Gr[r][1], Gr[r][2], Gr[r][3]);
+      for (int r = 0; r < C; ++r)  // in log2 units, as steep_a_p takes it
+        out[r * Sm::GP / 4] = make_float4(Gr[r][0] * kLog2e, Gr[r][1] * kLog2e, Gr[r][2] * kLog2e, Gr[r][3] * kLog2e);
       *ref = make_float4(1.f, 1.f, 1.f, 1.f);  // the steep pass leaves e^G itself
     }
   }
@@ -407,7 +416,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
         const float2 kv = to_f2(&sm.k[r][col]);
         const float2 qv = to_f2(&sm.q[r][col]);
         ak[half] = to_tf32(kv.x * e.x), ak[half + 2] = to_tf32(kv.y * e.y);
-        aq[half] = to_tf32(qv.x * scale * e.x), aq[half + 2] = to_tf32(qv.y * scale * e.y);
+        aq[half] = to_tf32(qv.x * e.x), aq[half + 2] = to_tf32(qv.y * e.y);  // scale: once a sum, below
         ki[half] = to_tf32(kv.x * rcp(e.x)), ki[half + 2] = to_tf32(kv.y * rcp(e.y));
       }
       // B = (K e^-G')^T: tokens 0-7 are rows g of this lane's positions, tokens 8-15 rows g+8.
@@ -422,7 +431,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
       for (int i = 0; i < 4; ++i) {
         const int tt = g + (i >> 1) * 8, ss = 8 * nt + 2 * t + (i & 1);
         sm.NM[tt][ss] = ss < tt ? sm.beta[tt] * acc_a[nt][i] : 0.f;
-        sm.P[tt][ss] = ss <= tt ? acc_p[nt][i] : 0.f;
+        sm.P[tt][ss] = ss <= tt ? scale * acc_p[nt][i] : 0.f;
       }
   } else {
     steep_a_p<K, In>(sm, lane, scale);
@@ -430,7 +439,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     for (int i = lane; i < C * (K / 4); i += 32) {
       float4* x = reinterpret_cast<float4*>(&sm.G[i / (K / 4)][i % (K / 4) * 4]);
       const float4 G = *x;
-      *x = make_float4(ex(G.x), ex(G.y), ex(G.z), ex(G.w));
+      *x = make_float4(ex2(G.x), ex2(G.y), ex2(G.z), ex2(G.w));
     }
   }
   __syncwarp();
@@ -488,14 +497,15 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     const int col = 8 * nt + g, c0 = 8 * nt + 2 * t;
     float w[4] = {};
     uint32_t qg[2];
-    const float2 ref2 = *reinterpret_cast<const float2*>(Sm::ref_of(sm, c0));  // e^G = e^G' e^G_ref
+    float2 ref2 = *reinterpret_cast<const float2*>(Sm::ref_of(sm, c0));  // e^G = e^G' e^G_ref
+    ref2 = make_float2(scale * ref2.x, scale * ref2.y);                   // and Qg's scale with it
     const float ref = *Sm::ref_of(sm, col);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = g + half * 8;
       const float2 e = *reinterpret_cast<const float2*>(&sm.G[r][c0]);  // e^G'
       const float2 qv = to_f2(&sm.q[r][c0]);
-      qg[half] = pack_bf16(qv.x * scale * e.x * ref2.x, qv.y * scale * e.y * ref2.y);
+      qg[half] = pack_bf16(qv.x * e.x * ref2.x, qv.y * e.y * ref2.y);
     }
 #pragma unroll
     for (int ks = 0; ks < 2; ++ks) {

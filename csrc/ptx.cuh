@@ -67,6 +67,12 @@ __device__ __forceinline__ float ex(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x * kLog2e));
   return y;
 }
+// 2^x as ex2.approx (relative error ~2^-22), denormal results flushed to zero as in ex.
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
 // 1 / x as rcp.approx (relative error ~2^-23); rcp(inf) = 0.
 __device__ __forceinline__ float rcp(float x) {
   float y;

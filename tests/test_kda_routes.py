@@ -126,7 +126,7 @@ def test_small_bh_covers_every_chunk_exactly():
 @pytest.mark.parametrize("p,reason", [
     (problem(T=8192, K=64, V=128), "needs K == V, got K=64 V=128"),
     (problem(T=48, H=1), "needs 4 chunks of 16 tokens (two segments), got T=48"),
-    (problem(T=8192, H=128), "N x H = 128 already fills the GPU (256 recurrence CTAs for 132 SMs)"),
+    (problem(T=8192, H=128), "N x H = 128 already fills the GPU (256 recurrence CTAs a segment for 264 slots on 132 SMs)"),
 ])  # fmt: skip
 def test_small_bh_ineligible_reasons(p, reason):
     assert reason in eligibility(p, H200)["small_bh"]

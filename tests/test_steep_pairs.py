@@ -61,6 +61,9 @@ def test_every_pair_once_through_a_token_between():
     assert all(lv == 4 for (r, s), lv in seen.items() if s == r and r & 1)  # level 4: P's odd diagonal only
 
 
+LOG2E = 1.4426950408889634
+
+
 def tf32(x):  # csrc/device.cuh to_tf32: round half away into the 19 bits the mma reads
     return ((x.contiguous().view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
 
@@ -68,8 +71,12 @@ def tf32(x):  # csrc/device.cuh to_tf32: round half away into the 19 bits the mm
 def steep_a_p(k, q, G, beta, scale):
     """A (times beta) and P as steep_a_p forms them: per level, the rows g and g + 8 and the B column g
     that the lanes of group g hold (over all keys: the kernel's k-steps only split the sum), the
-    products in fp64 over tf32 operands (the mma's fp32 sums are far finer than the operands)."""
+    products in fp64 over tf32 operands (the mma's fp32 sums are far finer than the operands). G comes
+    in log2 units (fp32), each factor is a power of 2; a row with no pair at a level is its own
+    reference, level 4's rows and the columns of levels 3 and 4 go in as they are (q and k are bf16
+    values, tf32 already), and P's scale multiplies each sum."""
     K = k.shape[1]
+    G2 = G.float() * LOG2E
     NM, P = torch.zeros(C, C, dtype=torch.float64), torch.zeros(C, C, dtype=torch.float64)
     for lv in range(LEVELS):
         A_k, A_q, B = (torch.zeros(C, K), torch.zeros(C, K), torch.zeros(K, 8))
@@ -77,14 +84,14 @@ def steep_a_p(k, q, G, beta, scale):
             for half in range(2):
                 r = g + 8 * half
                 ref = row_ref(lv, r)
-                e = torch.exp(G[r] - G[ref if ref >= 0 else r]) * (ref >= 0)
-                A_k[r], A_q[r] = k[r] * e, q[r] * scale * e
+                e = torch.ones(K) if lv == 4 else torch.exp2(G2[r] - G2[ref if ref >= 0 else r])
+                A_k[r], A_q[r] = k[r] * e, q[r] * e
             s = col_token(lv, g)
-            B[:, g] = k[s] * torch.exp(G[col_ref(lv, s)] - G[s])
+            B[:, g] = k[s] * torch.exp2(G2[col_ref(lv, s)] - G2[s]) if lv <= 2 else k[s]
         D_k, D_q = tf32(A_k).double() @ tf32(B).double(), tf32(A_q).double() @ tf32(B).double()
         for r, s, _ in written(lv):
             n = [n for n in range(8) if col_token(lv, n) == s][0]
-            P[r, s] = D_q[r, n]
+            P[r, s] = scale * D_q[r, n]
             if s < r:
                 NM[r, s] = beta[r] * D_k[r, n]
     return NM, P
@@ -93,7 +100,7 @@ def steep_a_p(k, q, G, beta, scale):
 @pytest.mark.parametrize("K", [64, 128])
 def test_steep_decays_stay_finite_and_within_tf32(K):
     gen = torch.Generator().manual_seed(K)
-    k, q = torch.randn(C, K, generator=gen), torch.randn(C, K, generator=gen)
+    k, q = (torch.randn(C, K, generator=gen).bfloat16().float() for _ in range(2))  # the kernel's bf16 inputs
     g = -80 * torch.rand(C, K, generator=gen) * torch.rand(K, generator=gen)  # up to -80 a token, per channel
     g[:, 0] = -80.0  # one channel at -80 every token: 640 over the 8 tokens either side of the middle
     G, beta, scale = g.cumsum(0), torch.rand(C, generator=gen), K**-0.5
@@ -112,4 +119,19 @@ def test_steep_decays_stay_finite_and_within_tf32(K):
     assert torch.isfinite(NM).all() and torch.isfinite(P).all()
     assert ((NM - A_ref).abs() <= bound_a + 1e-30).all()
     assert ((P - P_ref).abs() <= bound_p + 1e-30).all()
-    assert (P.diagonal() - P_ref.diagonal()).abs().max() > 0  # rounded, not exact: the bound is what holds
+    # P's diagonal has factor 1 and q, k are tf32 values: exact but for the sums' own rounding; off it,
+    # the factors are rounded to tf32 and the bound is what holds.
+    assert torch.allclose(P.diagonal(), P_ref.diagonal(), rtol=1e-12, atol=0)
+    assert ((P - P_ref) * strict).abs().max() > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_every_bf16_and_fp16_value_is_a_tf32_value(dtype):
+    """steep_a_p (tf32_exact) hands q and k, widened from their 16-bit type, to the mma unrounded where
+    their factor is 1: that is exact only if every such value, subnormals included, has nothing in the
+    13 low mantissa bits that tf32 drops."""
+    bits = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16)
+    x = bits.view(dtype).float()
+    x = x[torch.isfinite(x)]
+    assert x.numel() >= 2**16 - 2 * 2**(8 if dtype == torch.bfloat16 else 10)
+    assert torch.equal(tf32(x), x)

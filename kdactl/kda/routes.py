@@ -121,8 +121,8 @@ def _small_bh(p: KdaProblem, dev: DeviceInfo) -> str | None:
         return None
     if -(-p.seqlen // CHUNK) < 2 * SMALL_BH_MIN_SEGMENT:
         return f"needs {2 * SMALL_BH_MIN_SEGMENT} chunks of {CHUNK} tokens (two segments), got T={p.seqlen}"
-    return (f"N x H = {p.num_seqs * p.heads} already fills the GPU ({plan.lanes} recurrence CTAs for "
-            f"{dev.sm_count} SMs): no room for segments")  # fmt: skip
+    return (f"N x H = {p.num_seqs * p.heads} already fills the GPU ({plan.lanes} recurrence CTAs a segment "
+            f"for {small_bh_slots(dev)} slots on {dev.sm_count} SMs): no room for segments")  # fmt: skip
 
 
 def _no_segments(p: KdaProblem, dev: DeviceInfo) -> int:
