@@ -59,20 +59,15 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
 
 // ---- Fast transcendentals: one MUFU op each ----------------------------------------------------------
 constexpr float kLog2e = 1.4426950408889634f;
-// e^x as ex2.approx (relative error ~2^-22) of x log2(e), flushing denormal results to zero, which
-// only drops terms already below 1e-38 of their neighbours; exp2f would add its denormal handling.
-// Rounding x log2(e) adds |x| 2^-24 to the relative error: below 2^-19 for |x| <= 8.
-__device__ __forceinline__ float ex(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x * kLog2e));
-  return y;
-}
-// 2^x as ex2.approx (relative error ~2^-22), denormal results flushed to zero as in ex.
+// 2^x as ex2.approx (relative error ~2^-22), flushing denormal results to zero, which only drops terms
+// already below 1e-38 of their neighbours; exp2f would add its denormal handling.
 __device__ __forceinline__ float ex2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
+// e^x as 2^(x log2(e)): rounding x log2(e) adds |x| 2^-24 to the relative error, below 2^-19 for |x| <= 8.
+__device__ __forceinline__ float ex(float x) { return ex2(x * kLog2e); }
 // 1 / x as rcp.approx (relative error ~2^-23); rcp(inf) = 0.
 __device__ __forceinline__ float rcp(float x) {
   float y;

@@ -140,8 +140,8 @@ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem_row) { emu_ptx:
 
 // ---- MUFU ---------------------------------------------------------------------------------------
 constexpr float kLog2e = 1.4426950408889634f;
-inline float ex(float x) { return emu_ptx::flush(exp2f(emu_ptx::flush(x * kLog2e))); }
 inline float ex2(float x) { return emu_ptx::flush(exp2f(emu_ptx::flush(x))); }
+inline float ex(float x) { return ex2(x * kLog2e); }
 inline float rcp(float x) { return emu_ptx::flush(1.f / emu_ptx::flush(x)); }
 
 }  // namespace kdactl
