@@ -182,8 +182,10 @@ __device__ __forceinline__ float log1p_unit(float z) {
 struct Gate {
   int mode;
   float A, lower_bound;
+  float neg_A_log2e, lower_bound_log2e;  // -A log2(e) and lb log2(e), for step
   __device__ __forceinline__ static Gate of(const kdactl_kda_args& a, int h) {
-    return {a.gate_mode, a.A_log ? expf(a.A_log[h]) : 1.f, a.lower_bound};
+    const float A = a.A_log ? expf(a.A_log[h]) : 1.f;
+    return {a.gate_mode, A, a.lower_bound, -A * kLog2e, a.lower_bound * kLog2e};
   }
   // dt_bias of (head, key): 0 without one, and for g given as the log decay (nothing read then).
   __device__ __forceinline__ static float bias(const kdactl_kda_args& a, int h, int key) {
@@ -200,6 +202,22 @@ struct Gate {
       return -A * (fmaxf(x, 0.f) + log1p_unit(ex(-fabsf(x))));
     } else {
       return lower_bound * rcp(1.f + ex(-A * (g + bias)));  // e^-y = inf -> 0: the gate's limit
+    }
+  }
+  // One step of a cumulative sum of gates in log2 units: run + log2(e) times the log decay of raw g,
+  // for a mode known at compile time, or run + 0 for a token past the sequence's end (`in` false: no
+  // decay there; the gate of g = 0 is not 0). The factor in front of each form times log2(e) (lb, -A,
+  // 1 for g as given) is the step's fma multiplier, and e^(-A x) one ex2 of x (-A log2(e)): apply()'s
+  // roundings, with its last product and the sum in one fma, and log2(e)'s rounding in the factor.
+  template <int MODE>
+  __device__ __forceinline__ float step(float run, float g, float bias, bool in) const {
+    if constexpr (MODE == KDACTL_GATE_AS_GIVEN) {
+      return fmaf(g, kLog2e, run);  // g past the end is staged as zero
+    } else if constexpr (MODE == KDACTL_GATE_SOFTPLUS) {
+      const float x = g + bias;
+      return fmaf(in ? neg_A_log2e : 0.f, fmaxf(x, 0.f) + log1p_unit(ex2(fabsf(x) * -kLog2e)), run);
+    } else {
+      return fmaf(in ? lower_bound_log2e : 0.f, rcp(1.f + ex2((g + bias) * neg_A_log2e)), run);
     }
   }
   __device__ __forceinline__ float operator()(float g, float bias) const {

@@ -97,6 +97,9 @@ struct PrepSmem {
   float G[C][GP];             // G, then e^(G - G_ref) (the steep path: e^G) from the A/P pass on
   float NM[C][NP], P[C][NP];  // N, then M' in its place; P
   float beta[C];
+  // fla's q/k l2norm, folded into the products (fold_l2norm): 1 / ||q_t|| and 1 / ||k_t|| (1 without
+  // it), and log2 of the latter, which Kr's exponent takes in.
+  float rq[C], rk[C], log2_rk[C];
 };
 
 // One step of a reduce-scatter of 2W values over the warp: lane l keeps the W values of its half (bit W
@@ -161,6 +164,54 @@ __device__ __forceinline__ void l2norm_row(T* row, int first) {
     }
     *reinterpret_cast<uint4*>(row + first * 8 + 16 * i) = make_uint4(w[0], w[1], w[2], w[3]);
   }
+}
+
+// fla's l2norm of q and k without rewriting the staged tiles: each row's sum of squares as the
+// diagonal of X X^T on tensor cores (products of bf16 or fp16 values are exact in fp32, as in the sums
+// of a scalar pass), and 1 / sqrt(|x|^2 + eps) into sm.rq / sm.rk, which the passes multiply in where
+// it costs least: A and P as they are written out (rows and columns), W through M''s columns, Qg with
+// its scale, Kr in its exponent (log2 of the factor, rounded to ~2^-22: far under Kr's bf16 rounding).
+// The products then see q and k unrounded, as the fp64 reference does (fla rounds them to bf16).
+// False when a row's |x| exceeds 2^40 (or is not finite): the fast path's operands x e^60 could then
+// overflow (kShiftLimit assumes |x| up to about 1e12), and the caller normalizes the tiles in place.
+constexpr float kFoldL2Max = 1.2089258e24f;  // 2^80: |x|^2 up to here
+template <int K, typename In, typename Sm>
+__device__ __forceinline__ bool fold_l2norm(Sm& sm, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  const int lrow = (lane & 7) + 8 * ((lane >> 3) & 1), lcol = 8 * (lane >> 4);  // x4: the A fragment
+  float sq[2][2][4] = {};  // [q, k][n-tile: rows 0-7, 8-15][accumulator]
+#pragma unroll
+  for (int ks = 0; ks < K / 16; ++ks) {
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      uint32_t x[4];  // (rows g / g + 8, this k-step's columns); as B, rows 0-7 are {x0, x2}, 8-15 {x1, x3}
+      ldmatrix_x4(x, m == 0 ? &sm.q[lrow][16 * ks + lcol] : &sm.k[lrow][16 * ks + lcol]);
+      if constexpr (std::is_same_v<In, __half>) {
+        mma_f16(sq[m][0], x, x[0], x[2]);
+        mma_f16(sq[m][1], x, x[1], x[3]);
+      } else {
+        mma_bf16(sq[m][0], x, x[0], x[2]);
+        mma_bf16(sq[m][1], x, x[1], x[3]);
+      }
+    }
+  }
+  // Lane (g, t = g / 2) holds row g's sum (n-tile 0, column g) and row g + 8's (n-tile 1, column g).
+  bool ok = true;
+  if (t == g >> 1) {
+    const bool odd = g & 1;  // selected, not indexed: an index by lane would put sq in local memory
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = g + 8 * half;
+      const float sum_q = odd ? sq[0][half][2 * half + 1] : sq[0][half][2 * half];
+      const float sum_k = odd ? sq[1][half][2 * half + 1] : sq[1][half][2 * half];
+      ok = ok && sum_q <= kFoldL2Max && sum_k <= kFoldL2Max;
+      sm.rq[r] = rsqrtf(sum_q + kL2NormEps);
+      const float rk = rsqrtf(sum_k + kL2NormEps);
+      sm.rk[r] = rk;
+      sm.log2_rk[r] = log2f(rk);
+    }
+  }
+  return __all_sync(0xffffffffu, ok);
 }
 
 // A and P for chunks whose decay is too steep to factor through one reference row (kShiftLimit), still
@@ -277,8 +328,8 @@ __device__ __forceinline__ void steep_a_p(Sm& sm, int lane, float scale) {
     for (int i = 0; i < 4; ++i) {  // (row g or g + 8, column 2t or 2t + 1)
       const int r = g + 8 * (i >> 1), s = level.col_token(2 * t + (i & 1)), ref = level.row_ref(r);
       if (ref < 0 || ref != level.col_ref(s)) continue;  // not a pair of this level
-      sm.P[r][s] = scale * acc_p[lv][i];
-      if (lv < 4 && s < r) sm.NM[r][s] = sm.beta[r] * acc_a[lv < 4 ? lv : 0][i];
+      sm.P[r][s] = scale * sm.rq[r] * sm.rk[s] * acc_p[lv][i];
+      if (lv < 4 && s < r) sm.NM[r][s] = sm.beta[r] * sm.rk[r] * sm.rk[s] * acc_a[lv < 4 ? lv : 0][i];
     }
   }
 }
@@ -318,11 +369,15 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
   if (lane < C) sm.beta[lane] = lane < ntok ? load_beta(a, (row0 + lane) * H + h) : 0.f;
   cp_async_wait_all();
   __syncwarp();
-  if (a.qk_l2norm) {  // rounded to q's type as the tensor-core products read them; rows past the end stay zero
-    l2norm_row<K>(sm.q[lane >> 1], lane & 1);
-    l2norm_row<K>(sm.k[lane >> 1], lane & 1);
+  if (a.qk_l2norm && !fold_l2norm<K, In>(sm, lane)) {  // a row too large to fold: its tile normalized in place
     __syncwarp();
+    l2norm_row<K>(sm.q[lane >> 1], lane & 1);  // rounded to q's type; rows past the end stay zero
+    l2norm_row<K>(sm.k[lane >> 1], lane & 1);
+    if (lane < C) sm.rq[lane] = 1.f, sm.rk[lane] = 1.f, sm.log2_rk[lane] = 0.f;
+  } else if (!a.qk_l2norm && lane < C) {
+    sm.rq[lane] = 1.f, sm.rk[lane] = 1.f, sm.log2_rk[lane] = 0.f;
   }
+  __syncwarp();
 
   unsigned char* blk = ws + (slot * H + h) * B::kBytes;
   bf16* w_out = reinterpret_cast<bf16*>(blk + B::kW);
@@ -332,9 +387,10 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
   const float scale = a.scale;
 
   // G = cumsum of g over the chunk, 4 keys per lane, each lane's 4 keys moved in one access (one per
-  // key conflicted 4 ways). The 16 rows stay in registers for eG and Kr, and G goes to shared memory
-  // as e^(G - G_ref), all the later passes read with e^G_ref (each e^x once: MUFU was a fifth of the
-  // pass), unless the decay is too steep to factor (kShiftLimit): then as G, for steep_a_p.
+  // key conflicted 4 ways), summed in log2 units (G log2(e), Gate::step), so that each e^x below is one
+  // ex2. The 16 rows stay in registers for eG and Kr, and G goes to shared memory as e^(G - G_ref), all
+  // the later passes read with e^G_ref (each e^x once: MUFU was a fifth of the pass), unless the decay
+  // is too steep to factor (kShiftLimit): then as G log2(e), for steep_a_p.
   static_assert(K <= 128, "a lane per 4 keys");
   const int j = lane;
   // fla's gates from raw g, as each row is summed: the head's constants and this lane's 4 dt_bias
@@ -345,37 +401,37 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
 #pragma unroll
     for (int e = 0; e < 4; ++e) bias[e] = Gate::bias(a, h, 4 * j + e);
   bool steep = false;
-  float Gr[C][4], run[4] = {0.f, 0.f, 0.f, 0.f};
+  float Gr[C][4], run[4] = {0.f, 0.f, 0.f, 0.f};  // G log2(e)
   float kr_sq[BOUND ? C : 1] = {}, eg_max = 0.f;  // this lane's keys' share of each ||Kr_t||^2; their largest eG
   if (j < K / 4) {
     gate.with_mode([&](auto mode) {  // one unrolled loop per gate mode
       constexpr int M = decltype(mode)::value;
 #pragma unroll
       for (int r = 0; r < C; ++r) {  // g past the sequence's end was staged as zero: no decay
-        float4 x = kG16 ? to_f4(raw_g(r) + 4 * j) : to_f4(&sm.G[r][4 * j]);
-        if constexpr (M != KDACTL_GATE_AS_GIVEN) {
-          const bool in = r < ntok;  // past the end: no decay (a gate of g = 0 is not 0)
-          x = make_float4(in ? gate.apply<M>(x.x, bias[0]) : 0.f, in ? gate.apply<M>(x.y, bias[1]) : 0.f,
-                          in ? gate.apply<M>(x.z, bias[2]) : 0.f, in ? gate.apply<M>(x.w, bias[3]) : 0.f);
-        }
-        run[0] += x.x, run[1] += x.y, run[2] += x.z, run[3] += x.w;
+        const float4 x = kG16 ? to_f4(raw_g(r) + 4 * j) : to_f4(&sm.G[r][4 * j]);
+        const bool in = r < ntok;
+        run[0] = gate.step<M>(run[0], x.x, bias[0], in), run[1] = gate.step<M>(run[1], x.y, bias[1], in);
+        run[2] = gate.step<M>(run[2], x.z, bias[2], in), run[3] = gate.step<M>(run[3], x.w, bias[3], in);
 #pragma unroll
         for (int e = 0; e < 4; ++e) Gr[r][e] = run[e];
       }
     });
 #pragma unroll
     for (int e = 0; e < 4; ++e) {  // e^G' and e^-G' finite, and e^G_ref far above fp32's underflow
-      steep |= Gr[Sm::kRefRow][e] < -kShiftLimit;
+      constexpr float kLimit = kShiftLimit * kLog2e;
+      steep |= Gr[Sm::kRefRow][e] < -kLimit;
 #pragma unroll
-      for (int r = 0; r < C; ++r) steep |= fabsf(Gr[r][e] - Gr[Sm::kRefRow][e]) > kShiftLimit;
+      for (int r = 0; r < C; ++r) steep |= fabsf(Gr[r][e] - Gr[Sm::kRefRow][e]) > kLimit;
     }
-    *reinterpret_cast<float4*>(eg_out + 4 * j) = make_float4(ex(run[0]), ex(run[1]), ex(run[2]), ex(run[3]));
-    if constexpr (BOUND) eg_max = fmaxf(fmaxf(ex(run[0]), ex(run[1])), fmaxf(ex(run[2]), ex(run[3])));
+    const float4 eg = make_float4(ex2(run[0]), ex2(run[1]), ex2(run[2]), ex2(run[3]));
+    *reinterpret_cast<float4*>(eg_out + 4 * j) = eg;
+    if constexpr (BOUND) eg_max = fmaxf(fmaxf(eg.x, eg.y), fmaxf(eg.z, eg.w));
 #pragma unroll
-    for (int r = 0; r < C; ++r) {
+    for (int r = 0; r < C; ++r) {  // Kr = k e^(G_C - G) / ||k||, the norm in the exponent
       const float4 kv = to_f4(&sm.k[r][4 * j]);
-      const float4 kr = make_float4(kv.x * ex(run[0] - Gr[r][0]), kv.y * ex(run[1] - Gr[r][1]),
-                                    kv.z * ex(run[2] - Gr[r][2]), kv.w * ex(run[3] - Gr[r][3]));
+      const float l = sm.log2_rk[r];
+      auto f = [&](int e) { return ex2(run[e] - Gr[r][e] + l); };
+      const float4 kr = make_float4(kv.x * f(0), kv.y * f(1), kv.z * f(2), kv.w * f(3));
       *reinterpret_cast<uint2*>(kr_out + r * K + 4 * j) =
           make_uint2(pack2<In>(kr.x, kr.y), pack2<In>(kr.z, kr.w));  // fp16 with fp16 inputs: |Kr| <= |k|, in range
       if constexpr (BOUND) kr_sq[r] = fmaf(kr.x, kr.x, fmaf(kr.y, kr.y, fmaf(kr.z, kr.z, kr.w * kr.w)));
@@ -389,19 +445,22 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
       const float* mid = Gr[Sm::kRefRow];
 #pragma unroll
       for (int r = 0; r < C; ++r)
-        out[r * Sm::GP / 4] = make_float4(ex(Gr[r][0] - mid[0]), ex(Gr[r][1] - mid[1]), ex(Gr[r][2] - mid[2]),
-                                          ex(Gr[r][3] - mid[3]));
-      *ref = make_float4(ex(mid[0]), ex(mid[1]), ex(mid[2]), ex(mid[3]));
+        out[r * Sm::GP / 4] = make_float4(ex2(Gr[r][0] - mid[0]), ex2(Gr[r][1] - mid[1]), ex2(Gr[r][2] - mid[2]),
+                                          ex2(Gr[r][3] - mid[3]));
+      *ref = make_float4(ex2(mid[0]), ex2(mid[1]), ex2(mid[2]), ex2(mid[3]));
     } else {
 #pragma unroll
       for (int r = 0; r < C; ++r)  // in log2 units, as steep_a_p takes it
-        out[r * Sm::GP / 4] = make_float4(Gr[r][0] * kLog2e, Gr[r][1] * kLog2e, Gr[r][2] * kLog2e, Gr[r][3] * kLog2e);
+        out[r * Sm::GP / 4] = make_float4(Gr[r][0], Gr[r][1], Gr[r][2], Gr[r][3]);
       *ref = make_float4(1.f, 1.f, 1.f, 1.f);  // the steep pass leaves e^G itself
     }
   }
   __syncwarp();
 
-  // A (strictly lower, times beta_t) -> sm.NM, and P (lower with diagonal) -> sm.P.
+  // A (strictly lower, times beta_t) -> sm.NM, and P (lower with diagonal) -> sm.P. Each path leaves
+  // in G the operand of W = M' (K e^G), K e^G (fp32), and in q's tile Qg = scale Q e^G / ||q|| (bf16),
+  // each element by the lane that read it.
+  const float q_row[2] = {scale * sm.rq[g], scale * sm.rq[g + 8]};  // Qg's scale and q's norm, per row
   if (!steep) {
     float acc_a[2][4] = {}, acc_p[2][4] = {};
 #pragma unroll 4
@@ -409,15 +468,22 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
       // The sum over keys may take them in any order: k-index t is key 8kk + 2t and k-index t + 4
       // is key 8kk + 2t + 1, so that each lane's two keys per row are adjacent (paired loads).
       uint32_t ak[4], aq[4], ki[4];  // A layout positions: (g, t) (g+8, t) (g, t+4) (g+8, t+4)
+      const int col = 8 * kk + 2 * t;
+      const float2 ref = *reinterpret_cast<const float2*>(Sm::ref_of(sm, col));  // e^G = e^G' e^G_ref
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int r = g + half * 8, col = 8 * kk + 2 * t;
-        const float2 e = *reinterpret_cast<const float2*>(&sm.G[r][col]);  // e^G'
+        const int r = g + half * 8;
+        float2* G = reinterpret_cast<float2*>(&sm.G[r][col]);
+        const float2 e = *G;  // e^G'
         const float2 kv = to_f2(&sm.k[r][col]);
         const float2 qv = to_f2(&sm.q[r][col]);
-        ak[half] = to_tf32(kv.x * e.x), ak[half + 2] = to_tf32(kv.y * e.y);
-        aq[half] = to_tf32(qv.x * e.x), aq[half + 2] = to_tf32(qv.y * e.y);  // scale: once a sum, below
+        const float2 ke = make_float2(kv.x * e.x, kv.y * e.y), qe = make_float2(qv.x * e.x, qv.y * e.y);
+        ak[half] = to_tf32(ke.x), ak[half + 2] = to_tf32(ke.y);
+        aq[half] = to_tf32(qe.x), aq[half + 2] = to_tf32(qe.y);  // scale: once a sum, below
         ki[half] = to_tf32(kv.x * rcp(e.x)), ki[half + 2] = to_tf32(kv.y * rcp(e.y));
+        *G = make_float2(ke.x * ref.x, ke.y * ref.y);
+        *reinterpret_cast<uint32_t*>(&sm.q[r][col]) =
+            pack_bf16(qe.x * (ref.x * q_row[half]), qe.y * (ref.y * q_row[half]));
       }
       // B = (K e^-G')^T: tokens 0-7 are rows g of this lane's positions, tokens 8-15 rows g+8.
       mma_tf32(acc_a[0], ak, ki[0], ki[2]);
@@ -430,17 +496,24 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int tt = g + (i >> 1) * 8, ss = 8 * nt + 2 * t + (i & 1);
-        sm.NM[tt][ss] = ss < tt ? sm.beta[tt] * acc_a[nt][i] : 0.f;
-        sm.P[tt][ss] = ss <= tt ? scale * acc_p[nt][i] : 0.f;
+        sm.NM[tt][ss] = ss < tt ? sm.beta[tt] * sm.rk[tt] * sm.rk[ss] * acc_a[nt][i] : 0.f;
+        sm.P[tt][ss] = ss <= tt ? scale * sm.rq[tt] * sm.rk[ss] * acc_p[nt][i] : 0.f;
       }
   } else {
     steep_a_p<K, In>(sm, lane, scale);
-    __syncwarp();  // G is read no more: e^G in its place, as the other path left it
-    for (int i = lane; i < C * (K / 4); i += 32) {
-      float4* x = reinterpret_cast<float4*>(&sm.G[i / (K / 4)][i % (K / 4) * 4]);
-      const float4 G = *x;
-      *x = make_float4(ex2(G.x), ex2(G.y), ex2(G.z), ex2(G.w));
-    }
+    __syncwarp();  // G (log2 units) is read no more: K e^G and Qg in place, as the other path leaves them
+#pragma unroll 2
+    for (int kk = 0; kk < K / 8; ++kk)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = g + half * 8, col = 8 * kk + 2 * t;
+        float2* G = reinterpret_cast<float2*>(&sm.G[r][col]);
+        const float2 e = make_float2(ex2(G->x), ex2(G->y));
+        const float2 kv = to_f2(&sm.k[r][col]);
+        const float2 qv = to_f2(&sm.q[r][col]);
+        *G = make_float2(kv.x * e.x, kv.y * e.y);
+        *reinterpret_cast<uint32_t*>(&sm.q[r][col]) = pack_bf16(qv.x * e.x * q_row[half], qv.y * e.y * q_row[half]);
+      }
   }
   __syncwarp();
 
@@ -464,11 +537,14 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
   }
   __syncwarp();
 
-  uint32_t am[2][4];  // M' as A operands over the chunk's tokens (k-steps s = 0-7 and 8-15)
+  uint32_t am[2][4];  // M' Diag(1 / ||k_s||) as A operands over the chunk's tokens (k-steps s = 0-7 and 8-15)
 #pragma unroll
   for (int ks = 0; ks < 2; ++ks)
 #pragma unroll
-    for (int p = 0; p < 4; ++p) am[ks][p] = to_tf32(sm.NM[g + (p & 1) * 8][8 * ks + t + (p >> 1) * 4]);
+    for (int p = 0; p < 4; ++p) {
+      const int s = 8 * ks + t + (p >> 1) * 4;
+      am[ks][p] = to_tf32(sm.NM[g + (p & 1) * 8][s] * sm.rk[s]);
+    }
 
   // M' and P out as hi and lo bf16 planes: lane i takes half a row of each, 16 bytes a plane.
   {
@@ -485,40 +561,23 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     put_pair(&sm.P[r][c0], planes + 2 * C * C);
   }
 
-  // W = M' (K e^G) and Qg = scale Q e^G, one key n-tile at a time. They are staged in shared memory
-  // where their inputs were, each n-tile overwriting only what its own loads read (-W in k's place,
-  // Qg in q's), and leave in 16-byte pieces of whole rows: stored from the mma layout, each 4-byte
-  // store touched 8 rows (the pass was bound by L1 throughput; staged, 10 % faster, docs/routes/chunk.md).
+  // W = M' (K e^G), one key n-tile at a time, staged in k's tile (read no more) to leave in 16-byte
+  // pieces of whole rows: stored from the mma layout, each 4-byte store touched 8 rows (the pass was
+  // bound by L1 throughput; staged, 10 % faster, docs/routes/chunk.md). Qg is in q's tile already.
   bf16(*w_st)[Sm::KP] = reinterpret_cast<bf16(*)[Sm::KP]>(&sm.k[0][0]);
   bf16(*q_st)[Sm::KP] = reinterpret_cast<bf16(*)[Sm::KP]>(&sm.q[0][0]);
   auto put = [](bf16* row, int c, uint32_t pair) { *reinterpret_cast<uint32_t*>(row + c) = pair; };
-#pragma unroll 2
+#pragma unroll 4
   for (int nt = 0; nt < K / 8; ++nt) {
     const int col = 8 * nt + g, c0 = 8 * nt + 2 * t;
     float w[4] = {};
-    uint32_t qg[2];
-    float2 ref2 = *reinterpret_cast<const float2*>(Sm::ref_of(sm, c0));  // e^G = e^G' e^G_ref
-    ref2 = make_float2(scale * ref2.x, scale * ref2.y);                   // and Qg's scale with it
-    const float ref = *Sm::ref_of(sm, col);
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = g + half * 8;
-      const float2 e = *reinterpret_cast<const float2*>(&sm.G[r][c0]);  // e^G'
-      const float2 qv = to_f2(&sm.q[r][c0]);
-      qg[half] = pack_bf16(qv.x * e.x * ref2.x, qv.y * e.y * ref2.y);
-    }
 #pragma unroll
     for (int ks = 0; ks < 2; ++ks) {
       const int s0 = 8 * ks + t, s1 = s0 + 4;
-      const uint32_t b0 = to_tf32(to_f(sm.k[s0][col]) * sm.G[s0][col] * ref);
-      const uint32_t b1 = to_tf32(to_f(sm.k[s1][col]) * sm.G[s1][col] * ref);
-      mma_tf32(w, am[ks], b0, b1);
+      mma_tf32(w, am[ks], to_tf32(sm.G[s0][col]), to_tf32(sm.G[s1][col]));
     }
-    __syncwarp();  // every lane's reads of this tile are done
     put(w_st[g], c0, pack_bf16(-w[0], -w[1]));
     put(w_st[g + 8], c0, pack_bf16(-w[2], -w[3]));
-    put(q_st[g], c0, qg[0]);
-    put(q_st[g + 8], c0, qg[1]);
   }
   __syncwarp();
   if constexpr (BOUND) {  // route small_bh: the bound on this chunk's state map (kDropLog2)

@@ -242,6 +242,18 @@ def test_shifted_reference_at_its_limit(kernels, decay):
     assert max(errors(kernels, "chunk", x, initial_state=s0)) < ERROR_LIMIT
 
 
+@pytest.mark.parametrize("norm_log2", [39.9, 44.0])
+def test_l2norm_folded_up_to_its_limit(kernels, norm_log2):
+    """q and k rows of norm 2^39.9, whose l2norm the prepare folds into its products (operands up to
+    |x| e^59 on the tensor cores), and of norm 2^44, past kFoldL2Max, where folded operands would
+    overflow fp32 and the tiles are normalized in place; under a decay of e^59 across half a chunk."""
+    x, s0, _ = random_inputs(1, 256, 2, with_state=True)
+    x["g"].fill_(-59.0 / 8)
+    for n in ("q", "k"):
+        x[n] = (torch.nn.functional.normalize(x[n].float(), dim=-1) * 2.0**norm_log2).to(x[n].dtype)
+    assert max(errors(kernels, "chunk", x, fused=Fused(qk_l2norm=True), initial_state=s0)) < ERROR_LIMIT
+
+
 @pytest.mark.parametrize("sms", [4, FEW_SMS])
 def test_small_bh_varlen_units(kernels, sms):
     """small_bh on a varlen batch: long sequences cut into units, short and empty ones whole."""

@@ -260,6 +260,21 @@ def test_chunk_shifted_reference_at_its_limit(decay):
     check(x, Fused(), route="chunk", s0=s0)
 
 
+@pytest.mark.parametrize("route", ["chunk", "small_bh"])
+@pytest.mark.parametrize("norm_log2", [39.9, 44.0])
+def test_l2norm_folded_up_to_its_limit(route, norm_log2):
+    """q and k rows of norm 2^39.9, whose l2norm the prepare folds into its products (operands up to
+    |x| e^59 on the tensor cores), and of norm 2^44, past kFoldL2Max, where folded operands would
+    overflow fp32 and the tiles are normalized in place; under a decay of e^59 across half a chunk."""
+    x, _, _ = raw_inputs(2048, 2, 2, seed=int(norm_log2))
+    x["g"].fill_(-59.0 / 8)
+    for n in ("q", "k"):
+        x[n] = (torch.nn.functional.normalize(x[n].float(), dim=-1) * 2.0**norm_log2).to(x[n].dtype)
+    x["beta"] = torch.sigmoid(x["beta"].float()).to(x["beta"].dtype)
+    s0 = torch.randn(1, 2, 128, 128, device="cuda") * 0.5
+    check(x, Fused(qk_l2norm=True), route=route, s0=s0)
+
+
 def test_fp16_final_state_within_flas_tolerance():
     """fla's test_fused_recurrent_gate_in_kernel[B3-T1000-H2-HV8-D128-...-float16] draw: fp16 q, k, v
     (2 q/k heads for 8 value heads), scale 1, the softplus gate from A_log = log U(1, 16), h0 ~ N(0, 1).
