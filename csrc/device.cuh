@@ -176,9 +176,10 @@ __device__ __forceinline__ float log1p_unit(float z) {
 // Relative error of a gate value, fast path against the exact function of the fp32 inputs (the
 // error budget tests/test_kda_fused_gpu.py::test_gate_precision holds it to):
 //   softplus:    2^-22 (ex) + |x| 2^-24 (x log2 e rounded) + ~3 2^-23 (rcp, series, fma)   = 1.6e-6 at |x| = 20
-//   lower bound: 2^-22 (ex) + |A x| 2^-24 + 2^-23 (rcp) + 2^-24 (1 + e^-y rounded)          = 1.6e-6 at |A x| = 20
+//   lower bound: 2^-22 (ex2) + |A x| 3 2^-24 (x, -A log2 e and their product rounded) + 2^-23 (rcp)
+//                + 2^-24 (1 + e^-y rounded)                                                = 4.0e-6 at |A x| = 20
 // A relative error eps of every gate makes e^(G_t - G_s) off by a factor e^(eps |G_t - G_s|); weighted by
-// e^-|G_t - G_s| itself, a term moves by at most eps/e (max of d e^-d) of its size: 6e-7, SPEC 5e-3.
+// e^-|G_t - G_s| itself, a term moves by at most eps/e (max of d e^-d) of its size: 1.5e-6, SPEC 5e-3.
 struct Gate {
   int mode;
   float A, lower_bound;
@@ -191,34 +192,30 @@ struct Gate {
   __device__ __forceinline__ static float bias(const kdactl_kda_args& a, int h, int key) {
     return a.gate_mode != KDACTL_GATE_AS_GIVEN && a.dt_bias ? a.dt_bias[static_cast<int64_t>(h) * a.key_dim + key] : 0.f;
   }
+  // The two forms without the factor in front of them (-A, lb): softplus(x) and sigmoid(A x), x = g + bias,
+  // e^(-A x) as one ex2 of x times -A log2(e) (e^-y = inf -> 0: the sigmoid's limit).
+  __device__ __forceinline__ static float softplus_of(float g, float bias) {
+    const float x = g + bias;
+    return fmaxf(x, 0.f) + log1p_unit(ex2(fabsf(x) * -kLog2e));
+  }
+  __device__ __forceinline__ float sigmoid_of(float g, float bias) const { return rcp(1.f + ex2((g + bias) * neg_A_log2e)); }
   // The log decay of raw g (bias: dt_bias of the key, from bias()), for a mode known at compile time:
   // a loop over many elements takes one instance per mode, with no other mode's math in it.
   template <int MODE>
   __device__ __forceinline__ float apply(float g, float bias) const {
-    if constexpr (MODE == KDACTL_GATE_AS_GIVEN) {
-      return g;
-    } else if constexpr (MODE == KDACTL_GATE_SOFTPLUS) {
-      const float x = g + bias;
-      return -A * (fmaxf(x, 0.f) + log1p_unit(ex(-fabsf(x))));
-    } else {
-      return lower_bound * rcp(1.f + ex(-A * (g + bias)));  // e^-y = inf -> 0: the gate's limit
-    }
+    if constexpr (MODE == KDACTL_GATE_AS_GIVEN) return g;
+    else if constexpr (MODE == KDACTL_GATE_SOFTPLUS) return -A * softplus_of(g, bias);
+    else return lower_bound * sigmoid_of(g, bias);
   }
   // One step of a cumulative sum of gates in log2 units: run + log2(e) times the log decay of raw g,
   // for a mode known at compile time, or run + 0 for a token past the sequence's end (`in` false: no
-  // decay there; the gate of g = 0 is not 0). The factor in front of each form times log2(e) (lb, -A,
-  // 1 for g as given) is the step's fma multiplier, and e^(-A x) one ex2 of x (-A log2(e)): apply()'s
-  // roundings, with its last product and the sum in one fma, and log2(e)'s rounding in the factor.
+  // decay there; the gate of g = 0 is not 0). The factor in front of each form, times log2(e), is the
+  // step's fma multiplier: apply()'s roundings, with its last product and the sum in one fma.
   template <int MODE>
   __device__ __forceinline__ float step(float run, float g, float bias, bool in) const {
-    if constexpr (MODE == KDACTL_GATE_AS_GIVEN) {
-      return fmaf(g, kLog2e, run);  // g past the end is staged as zero
-    } else if constexpr (MODE == KDACTL_GATE_SOFTPLUS) {
-      const float x = g + bias;
-      return fmaf(in ? neg_A_log2e : 0.f, fmaxf(x, 0.f) + log1p_unit(ex2(fabsf(x) * -kLog2e)), run);
-    } else {
-      return fmaf(in ? lower_bound_log2e : 0.f, rcp(1.f + ex2((g + bias) * neg_A_log2e)), run);
-    }
+    if constexpr (MODE == KDACTL_GATE_AS_GIVEN) return fmaf(g, kLog2e, run);  // g past the end is staged as zero
+    else if constexpr (MODE == KDACTL_GATE_SOFTPLUS) return fmaf(in ? neg_A_log2e : 0.f, softplus_of(g, bias), run);
+    else return fmaf(in ? lower_bound_log2e : 0.f, sigmoid_of(g, bias), run);
   }
   __device__ __forceinline__ float operator()(float g, float bias) const {
     return mode == KDACTL_GATE_AS_GIVEN ? g
