@@ -94,7 +94,7 @@ struct PrepSmem {
   static_assert(GP - K == 8 && K / 8 <= C, "e^G_ref fits in G's padding");
   __device__ static float* ref_of(PrepSmem& sm, int key) { return &sm.G[key / 8][K + key % 8]; }
   In q[C][KP], k[C][KP];
-  float G[C][GP];             // G, then e^(G - G_ref) (the steep path: e^G) from the A/P pass on
+  float G[C][GP];             // G log2(e), e^(G - G_ref) (steep: G log2(e) kept), K e^G from the A/P pass on
   float NM[C][NP], P[C][NP];  // N, then M' in its place; P
   float beta[C];
   // fla's q/k l2norm, folded into the products (fold_l2norm): 1 / ||q_t|| and 1 / ||k_t|| (1 without
@@ -215,7 +215,7 @@ __device__ __forceinline__ bool fold_l2norm(Sm& sm, int lane) {
 }
 
 // A and P for chunks whose decay is too steep to factor through one reference row (kShiftLimit), still
-// on tensor cores, from G as staged (sm.G, before the e^G pass, in log2 units: G log2(e), so that each
+// on tensor cores, from G as staged (sm.G, before the K e^G pass, in log2 units: G log2(e), so that each
 // factor is one ex2). Each pair s < t is factored through
 // the token R where the chunk's binary halving first parts them (t and s agree on the bits above the
 // highest one in which they differ, b; R is the last token of s's half):
@@ -369,13 +369,13 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
   if (lane < C) sm.beta[lane] = lane < ntok ? load_beta(a, (row0 + lane) * H + h) : 0.f;
   cp_async_wait_all();
   __syncwarp();
-  if (a.qk_l2norm && !fold_l2norm<K, In>(sm, lane)) {  // a row too large to fold: its tile normalized in place
-    __syncwarp();
-    l2norm_row<K>(sm.q[lane >> 1], lane & 1);  // rounded to q's type; rows past the end stay zero
-    l2norm_row<K>(sm.k[lane >> 1], lane & 1);
+  if (!(a.qk_l2norm && fold_l2norm<K, In>(sm, lane))) {  // no norm to fold in: factors of 1
+    if (a.qk_l2norm) {  // a row too large to fold: its tile normalized in place
+      __syncwarp();
+      l2norm_row<K>(sm.q[lane >> 1], lane & 1);  // rounded to q's type; rows past the end stay zero
+      l2norm_row<K>(sm.k[lane >> 1], lane & 1);
+    }
     if (lane < C) sm.rq[lane] = 1.f, sm.rk[lane] = 1.f, sm.log2_rk[lane] = 0.f;
-  } else if (!a.qk_l2norm && lane < C) {
-    sm.rq[lane] = 1.f, sm.rk[lane] = 1.f, sm.log2_rk[lane] = 0.f;
   }
   __syncwarp();
 
@@ -440,19 +440,18 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
   steep = __any_sync(0xffffffffu, steep);
   if (j < K / 4) {  // every lane has read its g of row r above (the 16-bit g's place)
     float4* out = reinterpret_cast<float4*>(&sm.G[0][4 * j]);
-    float4* ref = reinterpret_cast<float4*>(Sm::ref_of(sm, 4 * j));
     if (!steep) {
       const float* mid = Gr[Sm::kRefRow];
 #pragma unroll
       for (int r = 0; r < C; ++r)
         out[r * Sm::GP / 4] = make_float4(ex2(Gr[r][0] - mid[0]), ex2(Gr[r][1] - mid[1]), ex2(Gr[r][2] - mid[2]),
                                           ex2(Gr[r][3] - mid[3]));
+      float4* ref = reinterpret_cast<float4*>(Sm::ref_of(sm, 4 * j));
       *ref = make_float4(ex2(mid[0]), ex2(mid[1]), ex2(mid[2]), ex2(mid[3]));
     } else {
 #pragma unroll
-      for (int r = 0; r < C; ++r)  // in log2 units, as steep_a_p takes it
+      for (int r = 0; r < C; ++r)  // in log2 units, as steep_a_p takes it (no reference: its own pass forms e^G)
         out[r * Sm::GP / 4] = make_float4(Gr[r][0], Gr[r][1], Gr[r][2], Gr[r][3]);
-      *ref = make_float4(1.f, 1.f, 1.f, 1.f);  // the steep pass leaves e^G itself
     }
   }
   __syncwarp();
