@@ -17,6 +17,7 @@
 // and is below total_rows / C + N.
 #pragma once
 #include <cuda_bf16.h>
+#include <cstddef>
 #include <type_traits>
 #include "device.cuh"
 
@@ -33,6 +34,9 @@ constexpr float kShiftLimit = 60.f;
 constexpr float kF16Safe = 60000.f;  // |U| up to here rounds to a finite fp16 (65504 is its largest)
 
 // One (chunk, head)'s prepared factors in the workspace; every offset is a multiple of 16 bytes.
+// The [C][K] tiles and the [C][C] planes are stored as 8 x 8 core matrices (tile_at), the order in
+// which sm_90a's wgmma reads a shared-memory operand without swizzling: the recurrence copies a block
+// into its ring as it is, and ldmatrix reads the same order without bank conflicts.
 // M' and P go as bf16 pairs hi + lo (hi = bf16(x), lo = bf16(x - hi)): the recurrence's bf16
 // products then see them to ~2^-17, where bf16 alone (2^-9) would add to the state's error each chunk.
 template <int K>
@@ -48,6 +52,9 @@ struct Block {
   // 3; route small_bh's bounds live apart (chunk_bounds) so that these stay exactly what the plain path reads.
   static_assert(kBytes % 128 == 0, "blocks on whole lines");
 };
+// Where element (r, col) of a tile of C rows lives: the 16-byte piece of row r and columns 8j .. 8j + 7
+// is piece j C + r, so each core matrix (8 rows of one piece) is 128 contiguous bytes.
+__host__ __device__ constexpr int tile_at(int r, int col) { return ((col / 8) * C + r) * 8 + col % 8; }
 
 // Route small_bh lets a segment start from a zero state a few chunks before its own first chunk when
 // the chunks in between provably forget what came before them. A chunk maps its start state to
@@ -401,7 +408,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
 #pragma unroll
     for (int e = 0; e < 4; ++e) bias[e] = Gate::bias(a, h, 4 * j + e);
   bool steep = false;
-  float Gr[C][4], run[4] = {0.f, 0.f, 0.f, 0.f};  // G log2(e)
+  float Gr[C][4] = {}, run[4] = {0.f, 0.f, 0.f, 0.f};  // G log2(e)
   float kr_sq[BOUND ? C : 1] = {}, eg_max = 0.f;  // this lane's keys' share of each ||Kr_t||^2; their largest eG
   if (j < K / 4) {
     gate.with_mode([&](auto mode) {  // one unrolled loop per gate mode
@@ -426,15 +433,33 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     const float4 eg = make_float4(ex2(run[0]), ex2(run[1]), ex2(run[2]), ex2(run[3]));
     *reinterpret_cast<float4*>(eg_out + 4 * j) = eg;
     if constexpr (BOUND) eg_max = fmaxf(fmaxf(eg.x, eg.y), fmaxf(eg.z, eg.w));
+  }
+  {
+    // Kr leaves in 16-byte pieces (tile_at's order): lanes 2m and 2m + 1 hold the two halves of piece m of
+    // each row, and swap one row of each pair, so that lane 2m writes row r's piece and lane 2m + 1 row r + 1's.
+    // Every lane takes part in the swaps (full-warp shuffles); at K = 64, lanes 16-31 repeat lanes 0-15's
+    // keys (their Gr and run are zero) and write nothing.
+    const bool owner = j < K / 4, odd = j & 1;
+    const int jk = j % (K / 4);
+    uint2 even_row;
 #pragma unroll
     for (int r = 0; r < C; ++r) {  // Kr = k e^(G_C - G) / ||k||, the norm in the exponent
-      const float4 kv = to_f4(&sm.k[r][4 * j]);
+      const float4 kv = to_f4(&sm.k[r][4 * jk]);
       const float l = sm.log2_rk[r];
       auto f = [&](int e) { return ex2(run[e] - Gr[r][e] + l); };
       const float4 kr = make_float4(kv.x * f(0), kv.y * f(1), kv.z * f(2), kv.w * f(3));
-      *reinterpret_cast<uint2*>(kr_out + r * K + 4 * j) =
-          make_uint2(pack2<In>(kr.x, kr.y), pack2<In>(kr.z, kr.w));  // fp16 with fp16 inputs: |Kr| <= |k|, in range
-      if constexpr (BOUND) kr_sq[r] = fmaf(kr.x, kr.x, fmaf(kr.y, kr.y, fmaf(kr.z, kr.z, kr.w * kr.w)));
+      // fp16 with fp16 inputs: |Kr| <= |k|, in range
+      const uint2 mine = make_uint2(pack2<In>(kr.x, kr.y), pack2<In>(kr.z, kr.w));
+      if constexpr (BOUND)
+        if (owner) kr_sq[r] = fmaf(kr.x, kr.x, fmaf(kr.y, kr.y, fmaf(kr.z, kr.z, kr.w * kr.w)));
+      if (r % 2 == 0) {
+        even_row = mine;
+        continue;
+      }
+      const uint2 send = odd ? even_row : mine;
+      const uint2 got = make_uint2(__shfl_xor_sync(0xffffffffu, send.x, 1), __shfl_xor_sync(0xffffffffu, send.y, 1));
+      const uint4 piece = odd ? make_uint4(got.x, got.y, mine.x, mine.y) : make_uint4(even_row.x, even_row.y, got.x, got.y);
+      if (owner) *reinterpret_cast<uint4*>(kr_out + tile_at(odd ? r : r - 1, 8 * (jk / 2))) = piece;
     }
   }
   steep = __any_sync(0xffffffffu, steep);
@@ -553,8 +578,8 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
       uint32_t hi[4], lo[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) split_bf16(x[2 * e], x[2 * e + 1], hi[e], lo[e]);
-      *reinterpret_cast<uint4*>(hi_plane + r * C + c0) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-      *reinterpret_cast<uint4*>(hi_plane + C * C + r * C + c0) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+      *reinterpret_cast<uint4*>(hi_plane + tile_at(r, c0)) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      *reinterpret_cast<uint4*>(hi_plane + C * C + tile_at(r, c0)) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     };
     put_pair(&sm.NM[r][c0], planes);
     put_pair(&sm.P[r][c0], planes + 2 * C * C);
@@ -592,11 +617,11 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     for (int m = 16; m > 0; m >>= 1) eg_max = fmaxf(eg_max, __shfl_xor_sync(0xffffffffu, eg_max, m));
     if (lane == 0) chunk_bounds<K>(a, ws)[slot * H + h] = log2f((eg_max + terms) * kBoundMargin);
   }
-  // The two tiles out, 16 bytes a lane: each row is K values back to back in the block.
+  // The two tiles out, 16 bytes a lane, in the block's piece order (tile_at): piece i is row i % C's.
   auto copy_out = [&](bf16* out, const bf16* st) {
     for (int i = lane; i < C * (K / 8); i += 32) {
-      const int r = i / (K / 8), j = i % (K / 8);
-      *reinterpret_cast<uint4*>(out + r * K + j * 8) = *reinterpret_cast<const uint4*>(st + r * Sm::KP + j * 8);
+      const int r = i % C, j = i / C;
+      *reinterpret_cast<uint4*>(out + i * 8) = *reinterpret_cast<const uint4*>(st + r * Sm::KP + j * 8);
     }
   };
   copy_out(w_out, &w_st[0][0]);
@@ -677,13 +702,15 @@ __device__ __forceinline__ int64_t warm_start(const Segments& sg, int64_t slot0,
   return -1;
 }
 
+// A stage of the ring: the chunk's block as the workspace holds it (Block's order, tiles in tile_at's),
+// then this CTA's values of the chunk's v.
 template <int K, int VS>
 struct RecurStage {
-  static constexpr int KP = K + 8, UP = VS + 8, MP = C + 8;  // pitches free of ldmatrix bank conflicts
-  bf16 w[C][KP], qg[C][KP], kr[C][KP];  // back to back: loaded as 3C rows
-  uint16_t v[C][UP];                    // this CTA's values of the chunk's v (bf16 or fp16)
-  bf16 m[Block<K>::kPlanes][C][MP];     // M' hi, lo, P hi, lo
+  static constexpr int UP = VS + 8;  // v's pitch: its transposed ldmatrix free of bank conflicts
+  bf16 w[C * K], qg[C * K], kr[C * K];  // -W, Qg, Kr
+  bf16 m[Block<K>::kPlanes][C * C];     // M' hi, lo, P hi, lo
   float eg[K];
+  uint16_t v[C][UP];  // bf16 or fp16
 };
 
 // Varlen batches of up to kOrderMax sequences whose CTAs outnumber the SMs take them longest first
@@ -710,6 +737,74 @@ __device__ __forceinline__ int64_t longest_first(const kdactl_kda_args& a, int64
   }
   sync_first<THREADS>();
   return picked;
+}
+
+#if defined(KDACTL_WGMMA)
+// One chunk of the walk on sm_90a's warpgroup MMA, the products of recur's mma.sync loop: each of the
+// CTA's warpgroups owns 64 of its value rows (warp w the 16 of its vw), with S^T as the accumulator of
+// its update and, packed to bf16 (`as`), the A operand of S^T (-W)^T and S^T Qg^T; the tensor cores
+// read the B operands from the stage, whose tiles are in wgmma's core-matrix order (tile_at).
+// `v_rows`: this lane's row address of V^T's transposed ldmatrix, as recur's.
+template <int K, typename St>
+__device__ __forceinline__ void chunk_wgmma(const St& st, float (&s)[K / 8][4], uint32_t (&as)[K / 16][4],
+                                            float (&out)[2][4], bool emit, bool homogeneous, const uint16_t* v_rows,
+                                            int t) {
+  constexpr uint32_t kPiece = C * 16;  // bytes from a tile's 16-byte column piece to the next
+  constexpr uint32_t kRows8 = 128;     // bytes from its rows 0-7 to rows 8-15
+  // A [C][K] tile at k-step kk (keys 16 kk ..) as B = tile^T (K-major), and a [C][C] plane as B = plane^T.
+  auto tile_t = [&](const bf16* tile, int kk) { return wgmma_desc(tile + kk * 16 * C, kPiece, kRows8); };
+  auto plane_t = [&](const bf16* plane) { return wgmma_desc(plane, kPiece, kRows8); };
+  float u[2][4] = {};
+  uint32_t av[1][4] = {};
+  if (!homogeneous) ldmatrix_x4_trans(av[0], v_rows);
+  wgmma_hold(as), wgmma_hold(av), wgmma_hold(u), wgmma_hold(out);
+  wgmma_fence();
+  // U^T = S^T (-W)^T + V^T M'^T (M' as hi + lo), then O^T = S^T Qg^T in a group of its own.
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) wgmma_n16(u, as[kk], tile_t(st.w, kk));
+  if (!homogeneous) wgmma_n16(u, av[0], plane_t(st.m[1])), wgmma_n16(u, av[0], plane_t(st.m[0]));
+  wgmma_commit();
+  if (emit)
+#pragma unroll
+    for (int kk = 0; kk < K / 16; ++kk) wgmma_n16(out, as[kk], tile_t(st.qg, kk));
+  wgmma_commit();
+  wgmma_wait<1>();  // U is in; O's products may still run
+  wgmma_hold(u), wgmma_hold(av);
+  uint32_t au[1][4] = {{pack_bf16(u[0][0], u[0][1]), pack_bf16(u[0][2], u[0][3]), pack_bf16(u[1][0], u[1][1]),
+                        pack_bf16(u[1][2], u[1][3])}};
+  // S^T = S^T Diag(eG) + U^T Kr (Kr [token][key]: B with N contiguous), O^T += U^T P^T. (S^T scaled
+  // before the wait instead, beside the products in flight, made ptxas wait for all of them first.)
+#pragma unroll
+  for (int j = 0; j < K / 8; ++j) {
+    const float2 e = *reinterpret_cast<const float2*>(&st.eg[8 * j + 2 * t]);
+    s[j][0] *= e.x, s[j][1] *= e.y, s[j][2] *= e.x, s[j][3] *= e.y;
+  }
+  wgmma_hold(s), wgmma_hold(au);
+  wgmma_fence();
+  const uint64_t kr = wgmma_desc(st.kr, kRows8, kPiece);  // along K (tokens) 8 rows, along N (keys) a piece
+  if constexpr (K == 128) wgmma_n128_tb(s, au[0], kr);
+  else wgmma_n64_tb(s, au[0], kr);
+  if (emit) wgmma_n16(out, au[0], plane_t(st.m[3])), wgmma_n16(out, au[0], plane_t(st.m[2]));
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_hold(s), wgmma_hold(out), wgmma_hold(as), wgmma_hold(au);
+}
+#endif
+
+// Whether a walk takes sm_90a's warpgroup MMA (chunk_wgmma): bf16 walks of whole warpgroups, where the
+// build has it and the SM has more than one warpgroup to run. A lone one (4 warps, 8 stages: pick_recur's
+// CTA with an SM to itself) waits out each group of products, where mma.sync's instructions overlap.
+// H100, per call: B1 T8192 H64 (4 warps, 8 stages) 417 us against 387; small_bh's kReduce (4 warps,
+// 4 stages, two CTAs an SM) 285 against 345-347 at B1 T8192 H64 and 218-219 against 263-265 at
+// B1 T32768 H12; 8 warps 548-549 against 572-577 at B1 T8192 H96 (kernel times alternating with the
+// mma.sync build: docs/routes/chunk.md).
+template <int WARPS, int STAGES, bool F16>
+__host__ __device__ constexpr bool walks_on_wgmma() {
+#if defined(KDACTL_WGMMA)
+  return !F16 && (WARPS == 8 || (WARPS == 4 && STAGES < 8));
+#else
+  return false;
+#endif
 }
 
 // A walk's shared memory (recur below lays it out): the ring of STAGES stages, then each warp's o tile.
@@ -789,22 +884,21 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
   const int64_t checkpoint0 = checkpointing ? checkpoint_base(a, n) : 0;
 
   // Copy i of a stage goes to thread i % threads, so every thread's copies sit at fixed offsets from
-  // two bases (threads is a multiple of the pieces per row): the loops unroll into bare cp.async.
-  constexpr int kThreads = WARPS * 32, kRow = K / 8, kSlice = VS / 8;  // 16-byte pieces per row
-  static_assert(kThreads % kRow == 0 && kThreads % kSlice == 0 && C * kSlice % kThreads == 0, "copy layout");
+  // two bases (threads is a multiple of the pieces per row of v): the loops unroll into bare cp.async.
+  constexpr int kThreads = WARPS * 32, kSlice = VS / 8;  // 16-byte pieces per row of v
+  static_assert(kThreads % kSlice == 0 && C * kSlice % kThreads == 0, "copy layout");
+  static_assert(offsetof(St, v) == B::kBytes, "a stage starts with the block as it is");
   const int tid = threadIdx.x;
   const uint16_t* v = static_cast<const uint16_t*>(a.v);
   auto load = [&](int64_t c, St& st) {
-    const unsigned char* blk = ws + ((slot0 + c) * H + h) * B::kBytes;
-    // -W, Qg, Kr: 3C rows of K, back to back in the block and (at pitch KP) in the stage.
-    constexpr int kSide = 3 * C * kRow;
-    const bf16* kside = reinterpret_cast<const bf16*>(blk + B::kW) + tid * 8;
-    bf16* kdst = &st.w[0][0] + (tid / kRow) * St::KP + (tid % kRow) * 8;
+    // The block, 16 bytes a copy, as it is.
+    constexpr int kPieces = B::kBytes / 16;
+    const unsigned char* blk = ws + ((slot0 + c) * H + h) * B::kBytes + tid * 16;
+    unsigned char* dst = reinterpret_cast<unsigned char*>(&st) + tid * 16;
 #pragma unroll
-    for (int it = 0; it < (kSide + kThreads - 1) / kThreads; ++it)
-      if (kSide % kThreads == 0 || tid + it * kThreads < kSide)
-        cp_async16(kdst + it * (kThreads / kRow) * St::KP, kside + it * kThreads * 8);
-    if (!homogeneous) {  // (M's columns start from zero values: no v, no M')
+    for (int it = 0; it < (kPieces + kThreads - 1) / kThreads; ++it)
+      if (kPieces % kThreads == 0 || tid + it * kThreads < kPieces) cp_async16(dst + it * kThreads * 16, blk + it * kThreads * 16);
+    if (!homogeneous) {  // (M's columns start from zero values: no v)
       // This CTA's VS values of the chunk's v rows (zero past the sequence's end), and the planes.
 #pragma unroll
       for (int it = 0; it < C * kSlice / kThreads; ++it) {
@@ -814,16 +908,7 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
         cp_async16_zfill(&st.v[r][(tid % kSlice) * 8], v + ((in ? row : bos) * H + h) * V + v_cta + (tid % kSlice) * 8,
                          in ? 16 : 0);
       }
-      constexpr int kPlanePieces = B::kPlanes * C * C / 8;
-      const bf16* planes = reinterpret_cast<const bf16*>(blk + B::kM);
-#pragma unroll
-      for (int it = 0; it < (kPlanePieces + kThreads - 1) / kThreads; ++it) {
-        const int i = tid + it * kThreads;  // piece i: plane i / 32, row i / 2 % C, half i % 2
-        if (kPlanePieces % kThreads == 0 || i < kPlanePieces)
-          cp_async16(&st.m[i / (2 * C)][i / 2 % C][(i & 1) * 8], planes + i * 8);
-      }
     }
-    if (tid < K / 4) cp_async16(&st.eg[tid * 4], reinterpret_cast<const float*>(blk + B::kEg) + tid * 4);
   };
 
   const int64_t count = c_end - c_begin;  // chunks this CTA walks, from c_begin
@@ -835,6 +920,9 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
   uint16_t* o = static_cast<uint16_t*>(a.o);  // bf16, or fp16 (F16)
   for (int64_t i = 0; i < count; ++i) {
     cp_async_wait<STAGES - 2>();
+#if defined(KDACTL_WGMMA)
+    if constexpr (walks_on_wgmma<WARPS, STAGES, F16>()) fence_proxy_async();  // the stage's copies, for the tensor cores' reads
+#endif
     sync_first<kThreads>();  // chunk i is in; everyone is done with the stage the next load overwrites
     if (i + STAGES - 1 < count) load(c_begin + i + STAGES - 1, stage[(i + STAGES - 1) % STAGES]);
     cp_async_commit();
@@ -853,7 +941,7 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
       }
     }
 
-    uint32_t as[K / 16][4];
+    uint32_t as[K / 16][4];  // S^T as bf16 A operands, k-step kk: keys 16 kk .. 16 kk + 15
 #pragma unroll
     for (int kk = 0; kk < K / 16; ++kk) {
       as[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
@@ -865,12 +953,19 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
     // V^T is an A operand straight from the [token][value] stage: a transposed ldmatrix of the 8x8
     // blocks (tokens 0-7 | 8-15) x (values +0 | +8) gives each lane its (value, tokens 2t..2t+1).
     const int lr = (lane >> 4) * 8 + (lane & 7), lc = ((lane >> 3) & 1) * 8;  // ldmatrix row addresses
-    float u[2][4] = {}, u_odd[2][4] = {}, u_v[2][4] = {}, out[2][4] = {}, out_odd[2][4] = {};
+    float out[2][4] = {};
+#if defined(KDACTL_WGMMA)
+    if constexpr (walks_on_wgmma<WARPS, STAGES, F16>()) {
+      chunk_wgmma<K>(st, s, as, out, emit, homogeneous, &st.v[lr][vw + lc], t);
+    } else
+#endif
+    {
+    float u[2][4] = {}, u_odd[2][4] = {}, u_v[2][4] = {}, out_odd[2][4] = {};
     if (!homogeneous) {  // V^T M'^T, apart from the chain through S: it needs no S
       uint32_t av[4], bm[4], bm_lo[4];
       ldmatrix_x4_trans(av, &st.v[lr][vw + lc]);
-      ldmatrix_x4(bm, &st.m[0][lr][lc]);
-      ldmatrix_x4(bm_lo, &st.m[1][lr][lc]);
+      ldmatrix_x4(bm, &st.m[0][tile_at(lr, lc)]);
+      ldmatrix_x4(bm_lo, &st.m[1][tile_at(lr, lc)]);
       if constexpr (F16) {  // fp16 v as two bf16 parts, exactly: hi times M' (hi + lo), lo times M' hi
         uint32_t av_lo[4];
 #pragma unroll
@@ -893,12 +988,12 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
 #pragma unroll
     for (int kk = 0; kk < K / 16; ++kk) {
       uint32_t bw[4], bq[4];
-      ldmatrix_x4(bw, &st.w[lr][16 * kk + lc]);
+      ldmatrix_x4(bw, &st.w[tile_at(lr, 16 * kk + lc)]);
       float(&uk)[2][4] = (kk & 1) ? u_odd : u;
       mma_bf16(uk[0], as[kk], bw[0], bw[1]);
       mma_bf16(uk[1], as[kk], bw[2], bw[3]);
       if (emit) {
-        ldmatrix_x4(bq, &st.qg[lr][16 * kk + lc]);
+        ldmatrix_x4(bq, &st.qg[tile_at(lr, 16 * kk + lc)]);
         float(&ok)[2][4] = (kk & 1) ? out_odd : out;
         mma_bf16(ok[0], as[kk], bq[0], bq[1]);
         mma_bf16(ok[1], as[kk], bq[2], bq[3]);
@@ -923,7 +1018,7 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
 #pragma unroll
       for (int jj = 0; jj < K / 16; ++jj) {
         uint32_t bk[4];
-        ldmatrix_x4_trans(bk, &st.kr[tr][16 * jj + tc]);
+        ldmatrix_x4_trans(bk, &st.kr[tile_at(tr, 16 * jj + tc)]);
         if constexpr (kKind == kBf16U)
 #pragma unroll
           for (int i = 0; i < 4; ++i) bk[i] = f16_to_bf16(bk[i]);
@@ -953,10 +1048,10 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
         update(Gate::Mode<kF16>{}, au16);
       }
     }
-    if (emit) {  // O^T += U^T P^T (the U the state took), then o through a per-warp tile, 16 bytes a lane
+    if (emit) {  // O^T += U^T P^T (the U the state took)
       uint32_t bp[4], bp_lo[4];
-      ldmatrix_x4(bp, &st.m[2][lr][lc]);
-      ldmatrix_x4(bp_lo, &st.m[3][lr][lc]);
+      ldmatrix_x4(bp, &st.m[2][tile_at(lr, lc)]);
+      ldmatrix_x4(bp_lo, &st.m[3][tile_at(lr, lc)]);
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
         mma_bf16(out_odd[nt], au, bp_lo[2 * nt], bp_lo[2 * nt + 1]);
@@ -965,8 +1060,15 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
+        for (int i = 0; i < 4; ++i) out[nt][i] += out_odd[nt][i];
+    }
+    }
+    if (emit) {  // o through a per-warp tile, 16 bytes a lane
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
         for (int i = 0; i < 4; ++i)
-          o_tile[warp][8 * nt + 2 * t + (i & 1)][g + (i >> 1) * 8] = o_bits(out[nt][i] + out_odd[nt][i], F16);
+          o_tile[warp][8 * nt + 2 * t + (i & 1)][g + (i >> 1) * 8] = o_bits(out[nt][i], F16);
       __syncwarp();
       const int tok = lane >> 1, half = lane & 1;
       const int64_t row = bos + c * C + tok;

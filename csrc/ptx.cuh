@@ -1,6 +1,6 @@
 // The kernels' inline PTX, every instruction of it in this one file: cp.async staging, the named
-// barrier, warp-level tensor-core MMA (mma.sync, which every SPEC target from sm_80 on runs),
-// ldmatrix, and the MUFU approximations. tests/emu/ptx.cuh gives the same functions for the CPU
+// barrier, warp-level tensor-core MMA (mma.sync, which every SPEC target from sm_80 on runs), sm_90a's
+// warpgroup MMA (wgmma), ldmatrix, and the MUFU approximations. tests/emu/ptx.cuh gives the same functions for the CPU
 // emulator (tests/emu), which builds csrc with that file in this one's place; a primitive added here
 // needs its emulated twin there.
 #pragma once
@@ -56,6 +56,80 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
 }
+
+// ---- Warpgroup MMA (sm_90a only): D += A B with A from registers, B from shared memory ---------------
+// KDACTL_WGMMA is defined where the device code is compiled for sm_90a; every other target (and the CPU
+// emulator, which builds this file's twin) takes the mma.sync path, so these have no emulated twin.
+// Operand B is described by a shared-memory descriptor of the no-swizzle ("interleaved") layout: 8 x 8
+// core matrices of 16-byte rows, each 128 contiguous bytes; `k_stride` is the byte distance between
+// core matrices along the product's K dimension (the descriptor's LBO), `n_stride` along N (SBO). The
+// A fragment of each warp's 16 rows, and D's per n8 block, are mma.sync m16n8k16's (device.cuh).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KDACTL_WGMMA 1
+__device__ __forceinline__ uint64_t wgmma_desc(const void* smem, uint32_t k_stride, uint32_t n_stride) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  return static_cast<uint64_t>((addr >> 4) & 0x3fffu) | static_cast<uint64_t>((k_stride >> 4) & 0x3fffu) << 16 |
+         static_cast<uint64_t>((n_stride >> 4) & 0x3fffu) << 32;
+}
+// Makes this thread's completed shared-memory writes (cp.async's too) visible to the tensor cores, which
+// read wgmma's operands through the async proxy; a barrier after it extends that to the CTA's writes.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Orders this thread's register writes before the warpgroup's next wgmma reads them.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving a register's reads or writes across the asynchronous products.
+template <int N>
+__device__ __forceinline__ void wgmma_hold(float (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(r[i][e])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_hold(uint32_t (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(r[i][e])::"memory");
+}
+// m64n16k16, bf16 operands, B K-major: d[n8 block][4].
+__device__ __forceinline__ void wgmma_n16(float (&d)[2][4], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),
+        "+f"(d[1][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+#define KDACTL_D8(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3]), "+f"(d[i + 1][0]), \
+                     "+f"(d[i + 1][1]), "+f"(d[i + 1][2]), "+f"(d[i + 1][3])
+// m64n64k16 and m64n128k16, bf16 operands, B MN-major (N contiguous: tnspB = 1): d[n8 block][4].
+__device__ __forceinline__ void wgmma_n64_tb(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,"
+      "%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+      : KDACTL_D8(0), KDACTL_D8(2), KDACTL_D8(4), KDACTL_D8(6)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+__device__ __forceinline__ void wgmma_n128_tb(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,"
+      "%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,"
+      "%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
+      : KDACTL_D8(0), KDACTL_D8(2), KDACTL_D8(4), KDACTL_D8(6), KDACTL_D8(8), KDACTL_D8(10), KDACTL_D8(12),
+        KDACTL_D8(14)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+#undef KDACTL_D8
+#endif
 
 // ---- Fast transcendentals: one MUFU op each ----------------------------------------------------------
 constexpr float kLog2e = 1.4426950408889634f;

@@ -177,9 +177,11 @@ def run_pool_smoke(route: str, row: SmokeRow, device: torch.device, ref_device: 
     return SmokeResult(route, error_ratio(o_ref, o), max(err_slots, err_checkpoints))
 
 
-def replay_equals_eager(graph, x, s0, cu, o, s, fresh) -> None:
+def replay_equals_eager(graph, x, s0, cu, o, s, fresh, **call) -> None:
     """Copy ``fresh`` = (inputs, initial state) into the captured tensors in place, poison the
-    outputs with NaN, replay ``graph`` and hold (o, s) to an eager call on the same inputs."""
+    outputs with NaN, replay ``graph`` and hold (o, s) to an eager call on the same inputs and with
+    the captured call's ``route`` and ``tuning`` (``call``): recurrences of other widths may take other
+    tensor-core instructions (sm_90a's wgmma or mma.sync), which round differently."""
     inputs, state = fresh
     for name, t in inputs.items():
         x[name].copy_(t)
@@ -187,7 +189,7 @@ def replay_equals_eager(graph, x, s0, cu, o, s, fresh) -> None:
     o.fill_(float("nan"))
     s.fill_(float("nan"))
     graph.replay()
-    o_eager, s_eager = prefill(**x, initial_state=s0, output_final_state=True, cu_seqlens=cu)
+    o_eager, s_eager = prefill(**x, initial_state=s0, output_final_state=True, cu_seqlens=cu, **call)
     torch.cuda.synchronize(o.device)
     assert torch.isfinite(o.float()).all() and torch.isfinite(s).all(), "replay left NaN in the outputs"
     assert torch.equal(o, o_eager) and torch.equal(s, s_eager), "replay differs from eager"

@@ -130,7 +130,8 @@ def test_chunk_graph_capture_with_workspace(path):
     with torch.cuda.graph(graph):
         prefill(**x, **call)
     for seed in (7, 8):
-        replay_equals_eager(graph, x, s0, cu, o, s, make_inputs(1, sum(lengths), 4, device="cuda", state_n=3, seed=seed))
+        replay_equals_eager(graph, x, s0, cu, o, s, make_inputs(1, sum(lengths), 4, device="cuda", state_n=3, seed=seed),
+                            route="chunk", tuning=path)
 
 
 def test_capture_refuses_to_grow_the_workspace():
