@@ -6,6 +6,8 @@
 #pragma once
 #include <stdint.h>
 
+#include <type_traits>
+
 namespace kdactl {
 
 // ---- cp.async: 16-byte global -> shared copies that bypass registers --------------------------------
@@ -82,19 +84,16 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 // Keeps the compiler from moving a register's reads or writes across the asynchronous products.
-template <int N>
-__device__ __forceinline__ void wgmma_hold(float (&r)[N][4]) {
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_hold(T (&r)[N][4]) {
+  static_assert(sizeof(T) == 4, "fp32 accumulators or packed 16-bit operands");
 #pragma unroll
   for (int i = 0; i < N; ++i)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(r[i][e])::"memory");
-}
-template <int N>
-__device__ __forceinline__ void wgmma_hold(uint32_t (&r)[N][4]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(r[i][e])::"memory");
+    for (int e = 0; e < 4; ++e) {
+      if constexpr (std::is_same<T, float>::value) asm volatile("" : "+f"(r[i][e])::"memory");
+      else asm volatile("" : "+r"(r[i][e])::"memory");
+    }
 }
 // m64n16k16, bf16 operands, B K-major: d[n8 block][4].
 __device__ __forceinline__ void wgmma_n16(float (&d)[2][4], const uint32_t (&a)[4], uint64_t desc_b) {
