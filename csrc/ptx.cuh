@@ -60,8 +60,8 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
 }
 
 // ---- Warpgroup MMA (sm_90a only): D += A B with A from registers, B from shared memory ---------------
-// KDACTL_WGMMA is defined where the device code is compiled for sm_90a; every other target (and the CPU
-// emulator, which builds this file's twin) takes the mma.sync path, so these have no emulated twin.
+// KDACTL_WGMMA is defined where the device code is compiled for sm_90a (every other target takes the
+// mma.sync path) and by the emulator's twin, which performs each product at the wait that covers it.
 // Operand B is described by a shared-memory descriptor of the no-swizzle ("interleaved") layout: 8 x 8
 // core matrices of 16-byte rows, each 128 contiguous bytes; `k_stride` is the byte distance between
 // core matrices along the product's K dimension (the descriptor's LBO), `n_stride` along N (SBO). The

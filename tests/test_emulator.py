@@ -106,3 +106,14 @@ def test_ldmatrix_and_mma_make_the_matrix_product(controls):
     assert controls.emu_control_mma(ctypes.c_void_p(a.data_ptr()), ctypes.c_void_p(b.data_ptr()),
                                     ctypes.c_void_p(d.data_ptr())) == 0  # fmt: skip
     torch.testing.assert_close(d, a.float() @ b.float(), rtol=1e-6, atol=1e-5)
+
+
+def test_wgmma_makes_the_matrix_product_at_its_wait(controls):
+    gen = torch.Generator().manual_seed(1)
+    a = torch.randn(64, 16, generator=gen).to(torch.bfloat16)
+    b = torch.randn(16, 16, generator=gen).to(torch.bfloat16)
+    before, after = torch.full((64, 16), float("nan")), torch.full((64, 16), float("nan"))
+    ptrs = (ctypes.c_void_p(x.data_ptr()) for x in (a, b, before, after))
+    assert controls.emu_control_wgmma(*ptrs) == 0
+    assert torch.equal(before, torch.zeros(64, 16))  # not yet performed: D as it was
+    torch.testing.assert_close(after, a.float() @ b.float(), rtol=1e-6, atol=1e-5)

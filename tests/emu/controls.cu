@@ -1,8 +1,8 @@
 // Planted faults and one product for the emulator's own tests (tests/test_emulator.py): each entry
 // launches one small kernel and returns the launch's status, so that a test can see that the
 // emulator reports what the GPU would (a deadlock, a misaligned cp.async, a __trap, lanes of a warp
-// at different collectives), lands a cp.async only at its wait, and that its ldmatrix and mma agree
-// with a plain matrix product.
+// at different collectives), lands a cp.async only at its wait, and that its ldmatrix, mma and wgmma
+// agree with a plain matrix product (a wgmma only at the wait that covers it).
 #include "device.cuh"
 
 namespace {
@@ -78,6 +78,40 @@ __global__ void mma_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, float
   d[(g + 8) * 8 + 2 * t] = acc[2], d[(g + 8) * 8 + 2 * t + 1] = acc[3];
 }
 
+// D[64][16] = A[64][16] B[16][16] on bf16 operands by the warpgroup MMA: A from registers (each
+// thread's fragment read from global memory), B staged in dynamic shared memory as the kernels stage
+// -W and Qg (K-major core matrices, tile_at's order: row n of B^T, 16-byte pieces of k). D as it is
+// before the wait that covers the product (its zeros) and after.
+__global__ void wgmma_kernel(const __nv_bfloat16* a, const __nv_bfloat16* b, float* before, float* after) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* bt = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  const int th = threadIdx.x, r = 16 * (th / 32) + (th % 32) / 4, c = 2 * (th % 4);
+  for (int i = th; i < 256; i += 128) {
+    const int k = i / 16, n = i % 16;
+    bt[((k / 8) * 16 + n) * 8 + k % 8] = b[i];
+  }
+  __syncthreads();
+  kdactl::fence_proxy_async();
+  auto pair = [&](int row, int col) {
+    uint16_t lo, hi;
+    memcpy(&lo, &a[row * 16 + col], 2);
+    memcpy(&hi, &a[row * 16 + col + 1], 2);
+    return static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
+  };
+  const uint32_t fa[4] = {pair(r, c), pair(r + 8, c), pair(r, c + 8), pair(r + 8, c + 8)};
+  float d[2][4] = {};
+  kdactl::wgmma_fence();
+  kdactl::wgmma_n16(d, fa, kdactl::wgmma_desc(bt, 16 * 16, 128));
+  kdactl::wgmma_commit();
+  auto put = [&](float* out) {
+    for (int j = 0; j < 2; ++j)
+      for (int i = 0; i < 4; ++i) out[(r + 8 * (i >> 1)) * 16 + 8 * j + c + (i & 1)] = d[j][i];
+  };
+  put(before);
+  kdactl::wgmma_wait<0>();
+  put(after);
+}
+
 }  // namespace
 
 extern "C" int emu_control_deadlock() {
@@ -114,5 +148,9 @@ extern "C" int emu_control_too_much_smem() {
 }
 extern "C" int emu_control_mma(const void* a, const void* b, float* d) {
   mma_kernel<<<1, 32>>>(static_cast<const __nv_bfloat16*>(a), static_cast<const __nv_bfloat16*>(b), d);
+  return (int)cudaGetLastError();
+}
+extern "C" int emu_control_wgmma(const void* a, const void* b, float* before, float* after) {
+  wgmma_kernel<<<1, 128, 512>>>(static_cast<const __nv_bfloat16*>(a), static_cast<const __nv_bfloat16*>(b), before, after);
   return (int)cudaGetLastError();
 }

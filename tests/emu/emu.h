@@ -38,6 +38,7 @@ const Thread& self();
 dim3 block_dim();
 dim3 grid_dim();
 void* dynamic_smem();
+unsigned block_serial();  // counts the blocks run: state kept per thread outside the fibers starts afresh with each
 [[noreturn]] void trap(const char* why);
 
 // cp.async as the PTX ISA orders it: a copy is performed only once a cp.async.wait_group covers the

@@ -169,7 +169,10 @@ char* stack_of(int i) {
 }
 
 // Runs one block to its end: a failure (a trap, a deadlock) leaves its message in b.failure.
+unsigned g_block_serial = 0;
+
 void run_block(Block& b, uint3 block_idx) {
+  ++g_block_serial;
   const int n = static_cast<int>(b.block.x * b.block.y * b.block.z);
   b.fibers.assign(n, Fiber{});
   b.warps.assign((n + 31) / 32, Warp{});
@@ -229,6 +232,7 @@ const Thread& self() { return g_block->current->t; }
 dim3 block_dim() { return g_block->block; }
 dim3 grid_dim() { return g_block->grid; }
 void* dynamic_smem() { return g_block->smem; }
+unsigned block_serial() { return g_block_serial; }
 
 void trap(const char* why) {
   Block& b = *g_block;
