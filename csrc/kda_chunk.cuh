@@ -739,6 +739,119 @@ __device__ __forceinline__ int64_t longest_first(const kdactl_kda_args& a, int64
   return picked;
 }
 
+// One chunk of the walk on mma.sync, each warp its 16 value rows: U^T = V^T M'^T + S^T (-W)^T, O^T =
+// S^T Qg^T + U^T P^T into `out` (when emit), and S^T = S^T Diag(eG) + U^T Kr. `v_rows`: this lane's row
+// address of V^T's transposed ldmatrix, as recur's.
+template <int K, bool F16, typename St>
+__device__ __forceinline__ void chunk_mma_sync(const St& st, float (&s)[K / 8][4], const uint32_t (&as)[K / 16][4],
+                                               float (&out)[2][4], bool emit, bool homogeneous, const uint16_t* v_rows,
+                                               int lane) {
+  const int t = lane & 3;
+  const int lr = (lane >> 4) * 8 + (lane & 7), lc = ((lane >> 3) & 1) * 8;  // ldmatrix row addresses
+  float u[2][4] = {}, u_odd[2][4] = {}, u_v[2][4] = {}, out_odd[2][4] = {};
+  if (!homogeneous) {  // V^T M'^T, apart from the chain through S: it needs no S
+    uint32_t av[4], bm[4], bm_lo[4];
+    ldmatrix_x4_trans(av, v_rows);
+    ldmatrix_x4(bm, &st.m[0][tile_at(lr, lc)]);
+    ldmatrix_x4(bm_lo, &st.m[1][tile_at(lr, lc)]);
+    if constexpr (F16) {  // fp16 v as two bf16 parts, exactly: hi times M' (hi + lo), lo times M' hi
+      uint32_t av_lo[4];
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        __half2 h2;
+        memcpy(&h2, &av[m], sizeof(h2));
+        const float2 x = __half22float2(h2);
+        split_bf16(x.x, x.y, av[m], av_lo[m]);
+      }
+      mma_bf16(u_v[0], av_lo, bm[0], bm[1]);
+      mma_bf16(u_v[1], av_lo, bm[2], bm[3]);
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      mma_bf16(u_v[nt], av, bm_lo[2 * nt], bm_lo[2 * nt + 1]);
+      mma_bf16(u_v[nt], av, bm[2 * nt], bm[2 * nt + 1]);
+    }
+  }
+  // Even and odd k-steps accumulate apart: two dependent mma chains of K/32 instead of one of K/16.
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    uint32_t bw[4], bq[4];
+    ldmatrix_x4(bw, &st.w[tile_at(lr, 16 * kk + lc)]);
+    float(&uk)[2][4] = (kk & 1) ? u_odd : u;
+    mma_bf16(uk[0], as[kk], bw[0], bw[1]);
+    mma_bf16(uk[1], as[kk], bw[2], bw[3]);
+    if (emit) {
+      ldmatrix_x4(bq, &st.qg[tile_at(lr, 16 * kk + lc)]);
+      float(&ok)[2][4] = (kk & 1) ? out_odd : out;
+      mma_bf16(ok[0], as[kk], bq[0], bq[1]);
+      mma_bf16(ok[1], as[kk], bq[2], bq[3]);
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) u[nt][i] += u_odd[nt][i] + u_v[nt][i];
+  // S^T = S^T Diag(eG) + U^T Kr. With fp16 q, k, v, Kr is fp16 and so is U where the warp's U fits
+  // fp16's range (else bf16, and Kr converted): 8x finer than bf16, which the final state of an fp16
+  // call needs (U and Kr in bf16 dominate its error: tools/chunk_precision.py --fla-gate-case).
+  const uint32_t au[4] = {pack_bf16(u[0][0], u[0][1]), pack_bf16(u[0][2], u[0][3]),
+                          pack_bf16(u[1][0], u[1][1]), pack_bf16(u[1][2], u[1][3])};
+  const int tr = ((lane >> 3) & 1) * 8 + (lane & 7), tc = (lane >> 4) * 8;
+  // One loop per operand kind, chosen once per chunk (a choice inside it cost bf16 calls, which
+  // never take the others, instructions on the chain through S): kBf16 U and Kr; kF16 U and Kr
+  // (fp16 inputs, the warp's U within kF16Safe); kBf16U (fp16 inputs, U past it: Kr converted).
+  enum { kBf16, kF16, kBf16U };
+  auto update = [&](auto kind, const uint32_t(&a_u)[4]) {
+    constexpr int kKind = decltype(kind)::value;
+#pragma unroll
+    for (int jj = 0; jj < K / 16; ++jj) {
+      uint32_t bk[4];
+      ldmatrix_x4_trans(bk, &st.kr[tile_at(tr, 16 * jj + tc)]);
+      if constexpr (kKind == kBf16U)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) bk[i] = f16_to_bf16(bk[i]);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int j = 2 * jj + half;
+        const float2 e = *reinterpret_cast<const float2*>(&st.eg[8 * j + 2 * t]);
+        s[j][0] *= e.x, s[j][1] *= e.y, s[j][2] *= e.x, s[j][3] *= e.y;
+        if constexpr (kKind == kF16) mma_f16(s[j], a_u, bk[2 * half], bk[2 * half + 1]);
+        else mma_bf16(s[j], a_u, bk[2 * half], bk[2 * half + 1]);
+      }
+    }
+  };
+  if constexpr (!F16) {
+    update(Gate::Mode<kBf16>{}, au);
+  } else {
+    float u_max = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) u_max = fmaxf(u_max, fabsf(u[nt][i]));
+    if (__any_sync(0xffffffffu, u_max > kF16Safe)) {
+      update(Gate::Mode<kBf16U>{}, au);
+    } else {
+      const uint32_t au16[4] = {pack_f16(u[0][0], u[0][1]), pack_f16(u[0][2], u[0][3]),
+                                pack_f16(u[1][0], u[1][1]), pack_f16(u[1][2], u[1][3])};
+      update(Gate::Mode<kF16>{}, au16);
+    }
+  }
+  if (emit) {  // O^T += U^T P^T (the U the state took)
+    uint32_t bp[4], bp_lo[4];
+    ldmatrix_x4(bp, &st.m[2][tile_at(lr, lc)]);
+    ldmatrix_x4(bp_lo, &st.m[3][tile_at(lr, lc)]);
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      mma_bf16(out_odd[nt], au, bp_lo[2 * nt], bp_lo[2 * nt + 1]);
+      mma_bf16(out[nt], au, bp[2 * nt], bp[2 * nt + 1]);
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) out[nt][i] += out_odd[nt][i];
+  }
+}
+
 #if defined(KDACTL_WGMMA)
 // One chunk of the walk on sm_90a's warpgroup MMA, the products of recur's mma.sync loop: each of the
 // CTA's warpgroups owns 64 of its value rows (warp w the 16 of its vw), with S^T as the accumulator of
@@ -899,7 +1012,7 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
     for (int it = 0; it < (kPieces + kThreads - 1) / kThreads; ++it)
       if (kPieces % kThreads == 0 || tid + it * kThreads < kPieces) cp_async16(dst + it * kThreads * 16, blk + it * kThreads * 16);
     if (!homogeneous) {  // (M's columns start from zero values: no v)
-      // This CTA's VS values of the chunk's v rows (zero past the sequence's end), and the planes.
+      // This CTA's VS values of the chunk's v rows (zero past the sequence's end).
 #pragma unroll
       for (int it = 0; it < C * kSlice / kThreads; ++it) {
         const int r = tid / kSlice + it * (kThreads / kSlice);
@@ -955,114 +1068,11 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
     const int lr = (lane >> 4) * 8 + (lane & 7), lc = ((lane >> 3) & 1) * 8;  // ldmatrix row addresses
     float out[2][4] = {};
 #if defined(KDACTL_WGMMA)
-    if constexpr (walks_on_wgmma<WARPS, STAGES, F16>()) {
+    if constexpr (walks_on_wgmma<WARPS, STAGES, F16>())
       chunk_wgmma<K>(st, s, as, out, emit, homogeneous, &st.v[lr][vw + lc], t);
-    } else
+    else
 #endif
-    {
-    float u[2][4] = {}, u_odd[2][4] = {}, u_v[2][4] = {}, out_odd[2][4] = {};
-    if (!homogeneous) {  // V^T M'^T, apart from the chain through S: it needs no S
-      uint32_t av[4], bm[4], bm_lo[4];
-      ldmatrix_x4_trans(av, &st.v[lr][vw + lc]);
-      ldmatrix_x4(bm, &st.m[0][tile_at(lr, lc)]);
-      ldmatrix_x4(bm_lo, &st.m[1][tile_at(lr, lc)]);
-      if constexpr (F16) {  // fp16 v as two bf16 parts, exactly: hi times M' (hi + lo), lo times M' hi
-        uint32_t av_lo[4];
-#pragma unroll
-        for (int m = 0; m < 4; ++m) {
-          __half2 h2;
-          memcpy(&h2, &av[m], sizeof(h2));
-          const float2 x = __half22float2(h2);
-          split_bf16(x.x, x.y, av[m], av_lo[m]);
-        }
-        mma_bf16(u_v[0], av_lo, bm[0], bm[1]);
-        mma_bf16(u_v[1], av_lo, bm[2], bm[3]);
-      }
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        mma_bf16(u_v[nt], av, bm_lo[2 * nt], bm_lo[2 * nt + 1]);
-        mma_bf16(u_v[nt], av, bm[2 * nt], bm[2 * nt + 1]);
-      }
-    }
-    // Even and odd k-steps accumulate apart: two dependent mma chains of K/32 instead of one of K/16.
-#pragma unroll
-    for (int kk = 0; kk < K / 16; ++kk) {
-      uint32_t bw[4], bq[4];
-      ldmatrix_x4(bw, &st.w[tile_at(lr, 16 * kk + lc)]);
-      float(&uk)[2][4] = (kk & 1) ? u_odd : u;
-      mma_bf16(uk[0], as[kk], bw[0], bw[1]);
-      mma_bf16(uk[1], as[kk], bw[2], bw[3]);
-      if (emit) {
-        ldmatrix_x4(bq, &st.qg[tile_at(lr, 16 * kk + lc)]);
-        float(&ok)[2][4] = (kk & 1) ? out_odd : out;
-        mma_bf16(ok[0], as[kk], bq[0], bq[1]);
-        mma_bf16(ok[1], as[kk], bq[2], bq[3]);
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) u[nt][i] += u_odd[nt][i] + u_v[nt][i];
-    // S^T = S^T Diag(eG) + U^T Kr. With fp16 q, k, v, Kr is fp16 and so is U where the warp's U fits
-    // fp16's range (else bf16, and Kr converted): 8x finer than bf16, which the final state of an fp16
-    // call needs (U and Kr in bf16 dominate its error: tools/chunk_precision.py --fla-gate-case).
-    const uint32_t au[4] = {pack_bf16(u[0][0], u[0][1]), pack_bf16(u[0][2], u[0][3]),
-                            pack_bf16(u[1][0], u[1][1]), pack_bf16(u[1][2], u[1][3])};
-    const int tr = ((lane >> 3) & 1) * 8 + (lane & 7), tc = (lane >> 4) * 8;
-    // One loop per operand kind, chosen once per chunk (a choice inside it cost bf16 calls, which
-    // never take the others, instructions on the chain through S): kBf16 U and Kr; kF16 U and Kr
-    // (fp16 inputs, the warp's U within kF16Safe); kBf16U (fp16 inputs, U past it: Kr converted).
-    enum { kBf16, kF16, kBf16U };
-    auto update = [&](auto kind, const uint32_t(&a_u)[4]) {
-      constexpr int kKind = decltype(kind)::value;
-#pragma unroll
-      for (int jj = 0; jj < K / 16; ++jj) {
-        uint32_t bk[4];
-        ldmatrix_x4_trans(bk, &st.kr[tile_at(tr, 16 * jj + tc)]);
-        if constexpr (kKind == kBf16U)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) bk[i] = f16_to_bf16(bk[i]);
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int j = 2 * jj + half;
-          const float2 e = *reinterpret_cast<const float2*>(&st.eg[8 * j + 2 * t]);
-          s[j][0] *= e.x, s[j][1] *= e.y, s[j][2] *= e.x, s[j][3] *= e.y;
-          if constexpr (kKind == kF16) mma_f16(s[j], a_u, bk[2 * half], bk[2 * half + 1]);
-          else mma_bf16(s[j], a_u, bk[2 * half], bk[2 * half + 1]);
-        }
-      }
-    };
-    if constexpr (!F16) {
-      update(Gate::Mode<kBf16>{}, au);
-    } else {
-      float u_max = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) u_max = fmaxf(u_max, fabsf(u[nt][i]));
-      if (__any_sync(0xffffffffu, u_max > kF16Safe)) {
-        update(Gate::Mode<kBf16U>{}, au);
-      } else {
-        const uint32_t au16[4] = {pack_f16(u[0][0], u[0][1]), pack_f16(u[0][2], u[0][3]),
-                                  pack_f16(u[1][0], u[1][1]), pack_f16(u[1][2], u[1][3])};
-        update(Gate::Mode<kF16>{}, au16);
-      }
-    }
-    if (emit) {  // O^T += U^T P^T (the U the state took)
-      uint32_t bp[4], bp_lo[4];
-      ldmatrix_x4(bp, &st.m[2][tile_at(lr, lc)]);
-      ldmatrix_x4(bp_lo, &st.m[3][tile_at(lr, lc)]);
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        mma_bf16(out_odd[nt], au, bp_lo[2 * nt], bp_lo[2 * nt + 1]);
-        mma_bf16(out[nt], au, bp[2 * nt], bp[2 * nt + 1]);
-      }
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) out[nt][i] += out_odd[nt][i];
-    }
-    }
+      chunk_mma_sync<K, F16>(st, s, as, out, emit, homogeneous, &st.v[lr][vw + lc], lane);
     if (emit) {  // o through a per-warp tile, 16 bytes a lane
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)

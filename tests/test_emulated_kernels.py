@@ -330,7 +330,7 @@ def test_small_bh_varlen_and_pool_do_not_depend_on_the_order_of_threads(kernels)
 # "steep", Kimi-Linear's call with fla's draw (every chunk through steep_a_p).
 FAULTS = {
     # the value tile read as if it were stored transposed
-    "operand layout": ("ldmatrix_x4_trans(av, &st.v[lr][vw + lc]);", "ldmatrix_x4(av, &st.v[lr][vw + lc]);", "plain"),
+    "operand layout": ("ldmatrix_x4_trans(av, v_rows);", "ldmatrix_x4(av, v_rows);", "plain"),
     # lanes go on to overwrite N while others still read it
     "missing __syncwarp": ("__syncwarp();  // every lane has read N", "", "plain"),
     # the recurrence's ring waits for one chunk's copies too few: it reads a stage still in flight
