@@ -675,6 +675,7 @@ struct Segments {
   float* starts = nullptr;
   float* ends = nullptr;  // [N][count][H][K][V]: E, overwritten by the stitch with the next start state
   float* maps = nullptr;  // [N][count][H][K][K]: M transposed (M^T[j][k] = M[k][j])
+  bool paired = true;     // Pass::kReduce's grid holds an M slot (odd z) beside each unit's; false where no sequence is stitched
   bool longest_first = false;  // Pass::kWhole: run the sequences longest first (longest_first below)
 };
 // The chunk a segment's walk starts from: 0 (the sequence's start, from its initial state: exact) when
@@ -857,11 +858,13 @@ __device__ __forceinline__ void chunk_mma_sync(const St& st, float (&s)[K / 8][4
 // CTA's warpgroups owns 64 of its value rows (warp w the 16 of its vw), with S^T as the accumulator of
 // its update and, packed to bf16 (`as`), the A operand of S^T (-W)^T and S^T Qg^T; the tensor cores
 // read the B operands from the stage, whose tiles are in wgmma's core-matrix order (tile_at).
-// `v_rows`: this lane's row address of V^T's transposed ldmatrix, as recur's.
-template <int K, typename St>
+// `v_rows`: this lane's row address of V^T's transposed ldmatrix, as recur's. EMIT and HOMOGENEOUS
+// are recur's emit and homogeneous, as template arguments: a branch between the products of a group
+// makes ptxas insert a warpgroup.arrive there (its note C7519), so recur branches before the first.
+template <int K, bool EMIT, bool HOMOGENEOUS, typename St>
 __device__ __forceinline__ void chunk_wgmma(const St& st, float (&s)[K / 8][4], uint32_t (&as)[K / 16][4],
-                                            float (&out)[2][4], bool emit, bool homogeneous, const uint16_t* v_rows,
-                                            int t) {
+                                            float (&out)[2][4], const uint16_t* v_rows, int t) {
+  constexpr bool emit = EMIT, homogeneous = HOMOGENEOUS;
   constexpr uint32_t kPiece = C * 16;  // bytes from a tile's 16-byte column piece to the next
   constexpr uint32_t kRows8 = 128;     // bytes from its rows 0-7 to rows 8-15
   // A [C][K] tile at k-step kk (keys 16 kk ..) as B = tile^T (K-major), and a [C][C] plane as B = plane^T.
@@ -869,15 +872,15 @@ __device__ __forceinline__ void chunk_wgmma(const St& st, float (&s)[K / 8][4], 
   auto plane_t = [&](const bf16* plane) { return wgmma_desc(plane, kPiece, kRows8); };
   float u[2][4] = {};
   uint32_t av[1][4] = {};
-  if (!homogeneous) ldmatrix_x4_trans(av[0], v_rows);
+  if constexpr (!homogeneous) ldmatrix_x4_trans(av[0], v_rows);
   wgmma_hold(as), wgmma_hold(av), wgmma_hold(u), wgmma_hold(out);
   wgmma_fence();
   // U^T = S^T (-W)^T + V^T M'^T (M' as hi + lo), then O^T = S^T Qg^T in a group of its own.
 #pragma unroll
   for (int kk = 0; kk < K / 16; ++kk) wgmma_n16(u, as[kk], tile_t(st.w, kk));
-  if (!homogeneous) wgmma_n16(u, av[0], plane_t(st.m[1])), wgmma_n16(u, av[0], plane_t(st.m[0]));
+  if constexpr (!homogeneous) wgmma_n16(u, av[0], plane_t(st.m[1])), wgmma_n16(u, av[0], plane_t(st.m[0]));
   wgmma_commit();
-  if (emit)
+  if constexpr (emit)
 #pragma unroll
     for (int kk = 0; kk < K / 16; ++kk) wgmma_n16(out, as[kk], tile_t(st.qg, kk));
   wgmma_commit();
@@ -897,7 +900,7 @@ __device__ __forceinline__ void chunk_wgmma(const St& st, float (&s)[K / 8][4], 
   const uint64_t kr = wgmma_desc(st.kr, kRows8, kPiece);  // along K (tokens) 8 rows, along N (keys) a piece
   if constexpr (K == 128) wgmma_n128_tb(s, au[0], kr);
   else wgmma_n64_tb(s, au[0], kr);
-  if (emit) wgmma_n16(out, au[0], plane_t(st.m[3])), wgmma_n16(out, au[0], plane_t(st.m[2]));
+  if constexpr (emit) wgmma_n16(out, au[0], plane_t(st.m[3])), wgmma_n16(out, au[0], plane_t(st.m[2]));
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_hold(s), wgmma_hold(out), wgmma_hold(as), wgmma_hold(au);
@@ -941,8 +944,8 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int H = a.heads;
   // Sequence n, segment p of its `segments`, and for kReduce whether this CTA maps M (homogeneous).
-  const bool homogeneous = PASS == Pass::kReduce && (bz & 1);
-  const int64_t z = PASS == Pass::kReduce ? bz / 2 : bz;
+  const bool homogeneous = PASS == Pass::kReduce && sg.paired && (bz & 1);
+  const int64_t z = PASS == Pass::kReduce && sg.paired ? bz / 2 : bz;
   int64_t n = PASS != Pass::kWhole ? z / sg.count : sg.longest_first ? longest_first<WARPS * 32>(a, z) : z;
   int p = PASS == Pass::kWhole ? 0 : static_cast<int>(z % sg.count), segments = sg.count;
   if (PASS != Pass::kWhole && sg.unit_seq) {
@@ -955,19 +958,27 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
   sequence_bounds(a, n, bos, eos);
   const int64_t nchunks = (eos - bos + C - 1) / C, slot0 = bos / C + n;
   const int64_t c_first = PASS == Pass::kWhole ? 0 : p * sg.chunks;  // this unit's first chunk of o (or E)
-  const int64_t c_end = PASS == Pass::kWhole ? nchunks : min(nchunks, c_first + sg.chunks);
   const int64_t seg_base = (z * H + h);  // this segment's slot in sg.ends and sg.maps
   // A segment whose start is known (segment 0, from the initial state, or a warm start: warm_start)
   // is walked to its end in kReduce, writing o from c_first on and its absolute end state; kReplay
   // walks only the stitched segments, from the start the stitch made. kReduce's E (from a zero start)
   // and M of a stitched segment run only where the next segment's start is stitched from them.
+  // A sequence of at most KDACTL_SMALL_BH_MAX_UNSTITCHED segments is never stitched (its stitched walks
+  // would cost more than walking on): a known segment's CTA walks on through every following segment
+  // that does not start known, and those segments' CTAs return.
+  const bool unstitched = PASS != Pass::kWhole && segments <= KDACTL_SMALL_BH_MAX_UNSTITCHED;
   const int64_t warm = PASS == Pass::kWhole ? 0 : warm_start(sg, slot0, h, H, p);
   const bool known = warm >= 0;
-  if (PASS == Pass::kReplay && known) return;  // walked in kReduce
-  if (PASS == Pass::kReduce) {
+  if (PASS == Pass::kReplay && (known || unstitched)) return;  // walked in kReduce
+  int last = p;  // the last segment this CTA walks
+  if (PASS == Pass::kReduce && unstitched) {
+    if (homogeneous || !known) return;
+    while (last + 1 < segments && warm_start(sg, slot0, h, H, last + 1) < 0) ++last;
+  } else if (PASS == Pass::kReduce) {
     const bool next_reads = p < segments - 1 && warm_start(sg, slot0, h, H, p + 1) < 0;
     if (homogeneous ? known || !next_reads : !known && !next_reads) return;
   }
+  const int64_t c_end = PASS == Pass::kWhole ? nchunks : min(nchunks, (last + 1) * sg.chunks);
   const int64_t c_begin = warm >= 0 ? warm : c_first;  // the first chunk walked
 
   float s[K / 8][4];  // S^T rows vw+g, vw+g+8 (of this slice) x keys 8j+2t, 8j+2t+1
@@ -1069,7 +1080,9 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
     float out[2][4] = {};
 #if defined(KDACTL_WGMMA)
     if constexpr (walks_on_wgmma<WARPS, STAGES, F16>())
-      chunk_wgmma<K>(st, s, as, out, emit, homogeneous, &st.v[lr][vw + lc], t);
+      homogeneous ? chunk_wgmma<K, false, true>(st, s, as, out, &st.v[lr][vw + lc], t)  // (which never emits)
+      : emit      ? chunk_wgmma<K, true, false>(st, s, as, out, &st.v[lr][vw + lc], t)
+                  : chunk_wgmma<K, false, false>(st, s, as, out, &st.v[lr][vw + lc], t);
     else
 #endif
       chunk_mma_sync<K, F16>(st, s, as, out, emit, homogeneous, &st.v[lr][vw + lc], lane);
@@ -1101,8 +1114,8 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
   }
   float* sf = a.final_state && slot >= 0 ? a.final_state + state_base : nullptr;
   bool sf_v_first = a.state_v_first;
-  if (PASS != Pass::kWhole && p != segments - 1) {  // E_p, for the stitch (kReduce); nothing after a replay
-    sf = PASS == Pass::kReduce ? sg.ends + seg_base * K * V : nullptr;
+  if (PASS != Pass::kWhole && last != segments - 1) {  // E_p, for the stitch (kReduce); nothing after a replay
+    sf = PASS == Pass::kReduce && !unstitched ? sg.ends + seg_base * K * V : nullptr;
     sf_v_first = false;
   }
   if (sf) {

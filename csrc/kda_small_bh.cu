@@ -12,7 +12,10 @@
 //      a short sequential pass over the segments (a known segment's E is its end state already);
 //   4. kReplay: each stitched segment from its start state, writing o and the final state.
 // Where every segment starts known (strongly decaying gates), kReduce alone runs the recurrence: one
-// pass over T / segments chunks and the few each warm start walks first.
+// pass over T / segments chunks and the few each warm start walks first. A sequence of at most
+// KDACTL_SMALL_BH_MAX_UNSTITCHED segments is never stitched (two reduction walks, a stitch and a replay
+// cost more than one walk of its length): kReduce walks each known segment on through the ones after
+// it that do not start known, so such a sequence costs one walk of its longest cold run.
 // Fixed and varlen layouts (varlen: the units of kda_small_bh_units, so that a batch is balanced by its
 // tokens, not by its sequences), state pools (their start states kept apart first), K == V.
 #include "kda_chunk_launch.cuh"
@@ -53,6 +56,7 @@ Segments segments_of(const kdactl_kda_args& a) {
   Segments sg;
   sg.chunks = a.segment_chunks;
   sg.count = static_cast<int>(a.varlen ? unit_count(a) : segment_count(a));  // varlen: a bound per sequence
+  sg.paired = a.varlen || sg.count > KDACTL_SMALL_BH_MAX_UNSTITCHED;  // (varlen: each sequence's count decides)
   unsigned char* ws = static_cast<unsigned char*>(a.workspace);
   sg.bounds = chunk_bounds<K>(a, ws);  // the prepare pass stores every chunk's bound when segment_chunks > 0
   unsigned char* base = ws + blocks_bytes<K>(a) + bounds_bytes(a);
@@ -146,7 +150,7 @@ __global__ void __launch_bounds__(K)
   const int64_t n = blockIdx.z;
   const int64_t unit0 = sg.seq_unit0 ? sg.seq_unit0[n] : n * sg.count;  // this sequence's segment 0
   const int P = sg.seq_unit0 ? sg.seq_unit0[n + 1] - static_cast<int>(unit0) : sg.count;
-  if (P <= 2) return;  // S_1 = E_0 is where segment 1's replay reads it
+  if (P <= KDACTL_SMALL_BH_MAX_UNSTITCHED) return;  // walked on in kReduce (and S_1 = E_0 is where a replay reads it)
   auto seg = [&](int p) { return (unit0 + p) * H + h; };
   auto load_map = [&](int p, int buf) {
     const float* src = sg.maps + seg(p) * K * K;
@@ -233,7 +237,7 @@ int launch_stitch(const kdactl_kda_args& a, const Segments& sg, int optin, cudaS
 // The recurrence shape the plan (kdactl.kda.routes.small_bh_plan) counts on: KDACTL_SMALL_BH_CTAS_PER_SM
 // of these CTAs share an SM (at K = 128, 71 KB of shared memory each plus the 1 KB the hardware
 // reserves per CTA, in the 228 KB of an sm_90 / sm_100 SM; a third would fit there, but not in the
-// register file: the K = 128 reduction takes 206 registers a thread on sm_90a, past the 170 of three
+// register file: the K = 128 reduction takes 176 registers a thread on sm_90a, past the 170 of three
 // 128-thread CTAs). 4 warps a CTA, each loading the K-side factors for 64 values: with the plan cut for
 // 2-warp CTAs, 4 warps already took B1 T65536 H8 1.294 ms against 1.414 and B1 T1048576 H1 2.887 against 3.063 (docs/routes/small_bh.md).
 constexpr RecurShape kPlanned = {4, 4};
@@ -259,6 +263,7 @@ int launch(const kdactl_kda_args& a, int optin, cudaStream_t stream) {
     kda_small_bh_units<<<1, kTableThreads, 0, stream>>>(a, sg, units);
     if (int rc = kdactl_launch_status()) return rc;
   }
+  if (!sg.paired) return launch_recur<K, V, W, S, Pass::kReduce>(a, sg, units, optin, stream);  // nothing stitched
   if (int rc = launch_recur<K, V, W, S, Pass::kReduce>(a, sg, 2 * units, optin, stream)) return rc;
   if (int rc = launch_stitch<K, V>(a, sg, optin, stream)) return rc;
   return launch_recur<K, V, W, S, Pass::kReplay>(a, sg, units, optin, stream);

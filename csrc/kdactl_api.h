@@ -15,6 +15,7 @@ extern "C" {
 #define KDACTL_MAX_GRID_DIM 65535      // heads, sequences and segment slots each map to grid y or z
 #define KDACTL_CHUNK 16                // tokens per chunk of the chunked routes
 #define KDACTL_SMALL_BH_CTAS_PER_SM 2  // small_bh's recurrence CTAs one SM holds: its plan fills one wave
+#define KDACTL_SMALL_BH_MAX_UNSTITCHED 4  // small_bh stitches no sequence cut into at most this many segments
 
 // The route table, X(id, name), ids 0, 1, ... in order; kdactl.kernel_abi.ROUTES lists the same
 // (the loader compares them through kdactl_route_count / kdactl_route_name). Route `name` is launched

@@ -25,8 +25,10 @@ ROUTE_IDS: dict[str, int] = {name: i for i, name in enumerate(ROUTES)}
 MAX_GRID_DIM = 65535  # heads, sequences and segment slots each map to one grid dimension (y or z)
 CHUNK = 16  # tokens per chunk of the chunked kernels
 SMALL_BH_CTAS_PER_SM = 2  # small_bh's recurrence CTAs one SM holds: its plan fills one wave
+SMALL_BH_MAX_UNSTITCHED = 4  # small_bh stitches no sequence cut into at most this many segments
 SHARED_CONSTANTS: dict[str, int] = {
     "MAX_GRID_DIM": MAX_GRID_DIM, "CHUNK": CHUNK, "SMALL_BH_CTAS_PER_SM": SMALL_BH_CTAS_PER_SM,
+    "SMALL_BH_MAX_UNSTITCHED": SMALL_BH_MAX_UNSTITCHED,
 }  # fmt: skip
 
 # The input transforms fla fuses (kdactl.kda.fused.Fused holds a call's choice).

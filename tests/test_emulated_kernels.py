@@ -21,6 +21,7 @@ from kdactl.kda.fused import Fused
 from kdactl.kda.inputs import cu_seqlens_of, random_inputs
 from kdactl.kda.problem import KdaProblem
 from kdactl.kda.routes import DeviceInfo, small_bh_plan
+from kdactl.kernel_abi import SMALL_BH_MAX_UNSTITCHED
 from kdactl.kda.tuning import Tuning
 from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent
 from tests.emu.build import build, cuda_includes
@@ -87,8 +88,20 @@ def test_plain_routes_match_the_reference(kernels, route, T):
     assert max(errors(kernels, route, x, sms=FEW_SMS, initial_state=s0)) < ERROR_LIMIT
 
 
+@pytest.mark.parametrize("gates", ["cold", "warm-then-cold"])
+def test_small_bh_walks_on_where_it_does_not_stitch(kernels, gates):
+    """A sequence of at most SMALL_BH_MAX_UNSTITCHED segments is not stitched: a segment that does not
+    start warm is walked by the CTA of the segment before it (all of them by segment 0's where nothing
+    decays; the last two by the second's where the decay stops halfway)."""
+    assert 2 <= segments(1000, 4, FEW_SMS) <= SMALL_BH_MAX_UNSTITCHED
+    x, s0, _ = random_inputs(1, 1000, 4, with_state=True, g_range=(-0.02, 0.0) if gates == "cold" else (-8.0, 0.0))
+    if gates == "warm-then-cold":
+        x["g"][:, 500:] *= 1e-3
+    assert max(errors(kernels, "small_bh", x, sms=FEW_SMS, initial_state=s0)) < ERROR_LIMIT
+
+
 def test_small_bh_stitches_several_segments(kernels):
-    assert segments(1000, 2, FEW_SMS) >= 3
+    assert segments(1000, 2, FEW_SMS, K=64) > SMALL_BH_MAX_UNSTITCHED
     x, s0, _ = random_inputs(1, 1000, 2, K=64, V=64, with_state=True, g_range=(-0.02, 0.0))
     assert max(errors(kernels, "small_bh", x, sms=FEW_SMS, initial_state=s0)) < ERROR_LIMIT
 

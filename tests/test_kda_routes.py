@@ -181,7 +181,8 @@ def test_shared_constants_are_the_ones_routing_and_validation_use():
     from kdactl import kernel_abi
     from kdactl.kda import routes, validation
 
-    assert kernel_abi.SHARED_CONSTANTS == {"MAX_GRID_DIM": 65535, "CHUNK": 16, "SMALL_BH_CTAS_PER_SM": 2}
+    assert kernel_abi.SHARED_CONSTANTS == {"MAX_GRID_DIM": 65535, "CHUNK": 16, "SMALL_BH_CTAS_PER_SM": 2,
+                                           "SMALL_BH_MAX_UNSTITCHED": 4}  # fmt: skip
     assert validation.MAX_GRID_DIM is kernel_abi.MAX_GRID_DIM and routes.CHUNK is kernel_abi.CHUNK
 
 

@@ -10,6 +10,7 @@ from kdactl.kda.device import device_info
 from kdactl.kda.problem import KdaProblem
 from kdactl.kda.inputs import random_inputs
 from kdactl.kda.routes import small_bh_plan
+from kdactl.kernel_abi import SMALL_BH_MAX_UNSTITCHED
 from kdactl.reference import error_ratio, kda_recurrent
 from kdactl.smoke import replay_equals_eager
 from tests.kda_inputs import carried_history_inputs, make_inputs
@@ -59,6 +60,28 @@ def test_small_bh_warm_and_stitched_segments_in_one_sequence(with_state):
     x, s0 = make_inputs(2, 8192, 2, device="cuda", state_n=2 if with_state else None, g_range=(-8.0, 0.0), seed=21)
     x["g"][:, 4096:] *= 1e-3
     assert _segments(2, 8192, 2) >= 4
+    _check(x, s0, route="small_bh")
+
+
+def _unstitched_heads(D):
+    """A head count whose B1 T8192 plan has 2 to SMALL_BH_MAX_UNSTITCHED segments on this GPU."""
+    return next(H for H in (16, 24, 32, 48, 64, 96, 128) if 2 <= _segments(1, 8192, H, D) <= SMALL_BH_MAX_UNSTITCHED)
+
+
+@pytest.mark.parametrize("with_state", [False, True], ids=["nostate", "state"])
+@pytest.mark.parametrize("gates", ["warm", "cold", "warm-then-cold", "cold-then-warm"])
+@pytest.mark.parametrize("D", [64, 128], ids=lambda d: f"D{d}")
+def test_small_bh_walks_on_where_it_does_not_stitch(D, gates, with_state):
+    """A sequence of at most SMALL_BH_MAX_UNSTITCHED segments is not stitched: a segment that does not
+    start warm is walked on by the CTA of the one before it (every segment by segment 0's where nothing
+    decays, the later ones or the middle ones where the decay stops or starts halfway)."""
+    H = _unstitched_heads(D)
+    x, s0 = make_inputs(1, 8192, H, K=D, V=D, device="cuda", state_n=1 if with_state else None,
+                        g_range=(-0.01, 0.0) if gates == "cold" else (-8.0, 0.0), seed=H + D)  # fmt: skip
+    if gates == "warm-then-cold":
+        x["g"][:, 4096:] *= 1e-3
+    elif gates == "cold-then-warm":
+        x["g"][:, :4096] *= 1e-3
     _check(x, s0, route="small_bh")
 
 

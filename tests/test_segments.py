@@ -43,11 +43,14 @@ def test_segment_starts_counts_every_sequence_head_and_later_segment():
     # starts at chunks 10 and 20 of each (sequence, head), more than 8 chunks from the sequence's start
     slots = 2 * 30 + 2
     bounds = [[-25.0, 0.0] for _ in range(slots)]  # head 0 forgets in a chunk, head 1 never
-    starts = segment_starts(bounds, [480, 480], 10)
-    assert starts == SegmentStarts(warm=4, stitched=4)
-    assert str(starts) == "4 of 8 segment starts warm (decay bound), 4 stitched"
-    # within 8 chunks of its sequence's start a segment starts exactly from there, however weak the decay
-    assert segment_starts(bounds, [480, 480], 4).stitched == 2 * 5  # head 1 from 12, 16, .. 28; 4 and 8 reach chunk 0
+    starts = segment_starts(bounds, [480, 480], 10)  # 3 segments a sequence: none is stitched
+    assert starts == SegmentStarts(warm=4, stitched=0, walked_on=4)
+    assert str(starts) == "4 of 8 segment starts warm (decay bound), 0 stitched, 4 walked on from the segment before"
+    assert str(SegmentStarts(warm=4, stitched=4)) == "4 of 8 segment starts warm (decay bound), 4 stitched"
+    # 8 segments of 4 chunks (more than SMALL_BH_MAX_UNSTITCHED) are stitched; within 8 chunks of its
+    # sequence's start a segment starts exactly from there, however weak the decay
+    starts = segment_starts(bounds, [480, 480], 4)
+    assert starts == SegmentStarts(warm=2 * 7 + 2 * 2, stitched=2 * 5)  # head 1 from 12, 16, .. 28; 4 and 8 reach chunk 0
 
 
 def test_segment_starts_reads_a_varlen_batchs_slots():
@@ -60,8 +63,10 @@ def test_segment_starts_reads_a_varlen_batchs_slots():
     # the walk from 8 meets chunk 7 (warm), from 12 it reaches 7 within 8 chunks (warm), from 4 it
     # reaches chunk 0 of its own sequence (exact, warm); the third has one segment
     assert segment_starts(bounds, lengths, 4) == SegmentStarts(warm=3, stitched=0)
-    bounds[3 + 7][0] = 0.0  # now only the start at 12 walks 8 chunks (11 .. 4) without reaching chunk 0
-    assert segment_starts(bounds, lengths, 4) == SegmentStarts(warm=2, stitched=1)
+    bounds[3 + 7][0] = 0.0  # now only the start at 12 walks 8 chunks (11 .. 4) without reaching chunk 0:
+    # a sequence of 4 segments is not stitched, one of 5 (3 chunks a segment) is
+    assert segment_starts(bounds, lengths, 4) == SegmentStarts(warm=2, stitched=0, walked_on=1)
+    assert segment_starts(bounds, lengths, 3) == SegmentStarts(warm=2, stitched=2)  # 3 and 6 reach chunk 0; 9, 12
 
 
 def test_bench_says_how_small_bhs_checked_call_started(monkeypatch):

@@ -1,8 +1,9 @@
-"""Which of route small_bh's segments started warm and which were stitched, read back from a call's
+"""Which of route small_bh's segments started warm and which were stitched (or, in a sequence of at most
+SMALL_BH_MAX_UNSTITCHED segments, walked on from the segment before), read back from a call's
 workspace: the prepare pass stores log2 of a bound on every (chunk, head)'s state map there, and the
 recurrence decides each segment's start from those bounds (``warm_start`` in csrc/kda_chunk.cuh, which
 ``warm_start`` here follows step for step). kdactl bench reports it beside small_bh's plan, so that a
-timing says whether its segments ran from a decay bound or from exact stitching."""
+timing says whether its segments ran from a decay bound, from exact stitching or in one longer walk."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 
 from kdactl.kda.problem import KdaProblem
 from kdactl.kda.routes import DeviceInfo, small_bh_plan
-from kdactl.kernel_abi import CHUNK, ROUTE_IDS
+from kdactl.kernel_abi import CHUNK, ROUTE_IDS, SMALL_BH_MAX_UNSTITCHED
 
 DROP_LOG2 = -20.0  # csrc/kda_chunk.cuh kDropLog2: the dropped history at most 2^-20 of the state
 WARM_CHUNKS = 8  # kWarmChunks: the most chunks a segment walks back before it needs its stitched start
@@ -23,10 +24,12 @@ WARM_CHUNKS = 8  # kWarmChunks: the most chunks a segment walks back before it n
 class SegmentStarts:
     warm: int  # from a zero state a few chunks early (or from the sequence's start): no stitch
     stitched: int  # from the exact state the stitch made
+    walked_on: int = 0  # not warm in a sequence small_bh does not stitch: the walk before it goes on
 
     def __str__(self) -> str:
-        total = self.warm + self.stitched
-        return f"{self.warm} of {total} segment starts warm (decay bound), {self.stitched} stitched"
+        total = self.warm + self.stitched + self.walked_on
+        text = f"{self.warm} of {total} segment starts warm (decay bound), {self.stitched} stitched"
+        return text + (f", {self.walked_on} walked on from the segment before" if self.walked_on else "")
 
 
 def warm_start(log2_bound: Sequence[float], first: int) -> int | None:
@@ -49,21 +52,26 @@ def warm_start(log2_bound: Sequence[float], first: int) -> int | None:
 def segment_starts(
     log2_bounds: Sequence[Sequence[float]], lengths: Sequence[int], segment_chunks: int
 ) -> SegmentStarts:
-    """Warm and stitched starts over every sequence (``lengths``, in tokens, in order), head and segment
-    after the first, from the bounds [chunk slot][head]: sequence n's chunk c in slot bos_n / CHUNK + n + c."""
-    warm = stitched = bos = 0
+    """Warm, stitched and walked-on starts over every sequence (``lengths``, in tokens, in order), head and
+    segment after the first, from the bounds [chunk slot][head]: sequence n's chunk c in slot bos_n / CHUNK
+    + n + c. A start that is not warm is stitched where its sequence has more than SMALL_BH_MAX_UNSTITCHED
+    segments, else walked on."""
+    warm = stitched = walked_on = bos = 0
     heads = len(log2_bounds[0]) if len(log2_bounds) else 0
     for n, length in enumerate(lengths):
         slot0, chunks = bos // CHUNK + n, -(-length // CHUNK)
+        unstitched = -(-chunks // segment_chunks) <= SMALL_BH_MAX_UNSTITCHED
         for h in range(heads):
             column = [log2_bounds[slot0 + c][h] for c in range(chunks)]
             for first in range(segment_chunks, chunks, segment_chunks):
-                if warm_start(column, first) is None:
-                    stitched += 1
-                else:
+                if warm_start(column, first) is not None:
                     warm += 1
+                elif unstitched:
+                    walked_on += 1
+                else:
+                    stitched += 1
         bos += length
-    return SegmentStarts(warm, stitched)
+    return SegmentStarts(warm, stitched, walked_on)
 
 
 def bounds_offset(p: KdaProblem, dev: DeviceInfo, workspace_bytes=None) -> int:
