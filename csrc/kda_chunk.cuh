@@ -101,12 +101,17 @@ struct PrepSmem {
   static_assert(GP - K == 8 && K / 8 <= C, "e^G_ref fits in G's padding");
   __device__ static float* ref_of(PrepSmem& sm, int key) { return &sm.G[key / 8][K + key % 8]; }
   In q[C][KP], k[C][KP];
-  float G[C][GP];             // G log2(e), e^(G - G_ref) (steep: G log2(e) kept), K e^G from the A/P pass on
-  float NM[C][NP], P[C][NP];  // N, then M' in its place; P
+  float G[C][GP];  // G log2(e), e^(G - G_ref) (steep: G log2(e) kept), K e^G from the A/P pass on
+  // N (then M' in its place) and P live in k's tile: they are written once the A/P pass has read k for
+  // the last time, and read before W's staging overwrites the tile. 2 KB less a warp lets 12 warps
+  // share an SM where 10 did (K = 128: 17.7 KB a warp).
+  __device__ float (*NM())[NP] { return reinterpret_cast<float(*)[NP]>(&k[0][0]); }
+  __device__ float (*P())[NP] { return NM() + C; }
   float beta[C];
   // fla's q/k l2norm, folded into the products (fold_l2norm): 1 / ||q_t|| and 1 / ||k_t|| (1 without
   // it), and log2 of the latter, which Kr's exponent takes in.
   float rq[C], rk[C], log2_rk[C];
+  static_assert(2 * C * NP * sizeof(float) <= sizeof(k), "N and P fit in k's tile");
 };
 
 // One step of a reduce-scatter of 2W values over the warp: lane l keeps the W values of its half (bit W
@@ -267,8 +272,10 @@ struct SteepLevel {
 // operand of factor 1 goes to the mma as it is: no product, no rounding.
 __device__ __forceinline__ uint32_t tf32_exact(float x) { return __float_as_uint(x); }
 
+// It then leaves K e^G and Qg in place, as the fast path does (`q_row`: Qg's scale and q's norm for rows
+// g and g + 8), and N and P last, since they go into k's tile.
 template <int K, typename In, typename Sm>
-__device__ __forceinline__ void steep_a_p(Sm& sm, int lane, float scale) {
+__device__ __forceinline__ void steep_a_p(Sm& sm, int lane, float scale, const float (&q_row)[2]) {
   constexpr int kLevels = 5;
   const int g = lane >> 2, t = lane & 3;
   // This lane's rows g and g + 8 and its B column g at each level, with their reference tokens.
@@ -284,7 +291,6 @@ __device__ __forceinline__ void steep_a_p(Sm& sm, int lane, float scale) {
     s_col[lv] = level.col_token(g);
     r_col[lv] = level.col_ref(s_col[lv]);
   }
-  for (int i = lane; i < C * C; i += 32) sm.NM[i / C][i % C] = 0.f, sm.P[i / C][i % C] = 0.f;
   // P's products leave scale out (q e^(G_t - G_R), not scale q e^(..)): it multiplies each sum once.
   float acc_a[kLevels - 1][4] = {}, acc_p[kLevels][4] = {};  // level 4 is P's odd diagonal alone
 #pragma unroll 2
@@ -327,6 +333,21 @@ __device__ __forceinline__ void steep_a_p(Sm& sm, int lane, float scale) {
       mma_tf32(acc_p[lv], aq, b0, b1);
     }
   }
+  __syncwarp();  // G (log2 units) is read no more: K e^G and Qg in place, each element by the lane that reads it
+#pragma unroll 2
+  for (int kk = 0; kk < K / 8; ++kk)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = g + half * 8, col = 8 * kk + 2 * t;
+      float2* G = reinterpret_cast<float2*>(&sm.G[r][col]);
+      const float2 e = make_float2(ex2(G->x), ex2(G->y));
+      const float2 kv = to_f2(&sm.k[r][col]);
+      const float2 qv = to_f2(&sm.q[r][col]);
+      *G = make_float2(kv.x * e.x, kv.y * e.y);
+      *reinterpret_cast<uint32_t*>(&sm.q[r][col]) = pack_bf16(qv.x * e.x * q_row[half], qv.y * e.y * q_row[half]);
+    }
+  __syncwarp();  // every lane has read k: N and P go into its tile
+  for (int i = lane; i < C * C; i += 32) sm.NM()[i / C][i % C] = 0.f, sm.P()[i / C][i % C] = 0.f;
   __syncwarp();  // NM and P are zero everywhere
 #pragma unroll
   for (int lv = 0; lv < kLevels; ++lv) {
@@ -335,8 +356,8 @@ __device__ __forceinline__ void steep_a_p(Sm& sm, int lane, float scale) {
     for (int i = 0; i < 4; ++i) {  // (row g or g + 8, column 2t or 2t + 1)
       const int r = g + 8 * (i >> 1), s = level.col_token(2 * t + (i & 1)), ref = level.row_ref(r);
       if (ref < 0 || ref != level.col_ref(s)) continue;  // not a pair of this level
-      sm.P[r][s] = scale * sm.rq[r] * sm.rk[s] * acc_p[lv][i];
-      if (lv < 4 && s < r) sm.NM[r][s] = sm.beta[r] * sm.rk[r] * sm.rk[s] * acc_a[lv < 4 ? lv : 0][i];
+      sm.P()[r][s] = scale * sm.rq[r] * sm.rk[s] * acc_p[lv][i];
+      if (lv < 4 && s < r) sm.NM()[r][s] = sm.beta[r] * sm.rk[r] * sm.rk[s] * acc_a[lv < 4 ? lv : 0][i];
     }
   }
 }
@@ -515,29 +536,17 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
       mma_tf32(acc_p[0], aq, ki[0], ki[2]);
       mma_tf32(acc_p[1], aq, ki[1], ki[3]);
     }
+    __syncwarp();  // every lane has read k: N and P go into its tile
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int tt = g + (i >> 1) * 8, ss = 8 * nt + 2 * t + (i & 1);
-        sm.NM[tt][ss] = ss < tt ? sm.beta[tt] * sm.rk[tt] * sm.rk[ss] * acc_a[nt][i] : 0.f;
-        sm.P[tt][ss] = ss <= tt ? scale * sm.rq[tt] * sm.rk[ss] * acc_p[nt][i] : 0.f;
+        sm.NM()[tt][ss] = ss < tt ? sm.beta[tt] * sm.rk[tt] * sm.rk[ss] * acc_a[nt][i] : 0.f;
+        sm.P()[tt][ss] = ss <= tt ? scale * sm.rq[tt] * sm.rk[ss] * acc_p[nt][i] : 0.f;
       }
   } else {
-    steep_a_p<K, In>(sm, lane, scale);
-    __syncwarp();  // G (log2 units) is read no more: K e^G and Qg in place, as the other path leaves them
-#pragma unroll 2
-    for (int kk = 0; kk < K / 8; ++kk)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = g + half * 8, col = 8 * kk + 2 * t;
-        float2* G = reinterpret_cast<float2*>(&sm.G[r][col]);
-        const float2 e = make_float2(ex2(G->x), ex2(G->y));
-        const float2 kv = to_f2(&sm.k[r][col]);
-        const float2 qv = to_f2(&sm.q[r][col]);
-        *G = make_float2(kv.x * e.x, kv.y * e.y);
-        *reinterpret_cast<uint32_t*>(&sm.q[r][col]) = pack_bf16(qv.x * e.x * q_row[half], qv.y * e.y * q_row[half]);
-      }
+    steep_a_p<K, In>(sm, lane, scale, q_row);
   }
   __syncwarp();
 
@@ -549,14 +558,14 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     for (int r = 0; r < C; ++r) {
       float x = r == j ? 1.f : 0.f;
 #pragma unroll
-      for (int s = 0; s < r; ++s) x = fmaf(-sm.NM[r][s], m[s], x);
+      for (int s = 0; s < r; ++s) x = fmaf(-sm.NM()[r][s], m[s], x);
       m[r] = x;
     }
     __syncwarp();  // every lane has read N
     if (lane < C) {
       const float b = sm.beta[j];
 #pragma unroll
-      for (int r = 0; r < C; ++r) sm.NM[r][j] = m[r] * b;
+      for (int r = 0; r < C; ++r) sm.NM()[r][j] = m[r] * b;
     }
   }
   __syncwarp();
@@ -567,7 +576,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
       const int s = 8 * ks + t + (p >> 1) * 4;
-      am[ks][p] = to_tf32(sm.NM[g + (p & 1) * 8][s] * sm.rk[s]);
+      am[ks][p] = to_tf32(sm.NM()[g + (p & 1) * 8][s] * sm.rk[s]);
     }
 
   // M' and P out as hi and lo bf16 planes: lane i takes half a row of each, 16 bytes a plane.
@@ -581,9 +590,10 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
       *reinterpret_cast<uint4*>(hi_plane + tile_at(r, c0)) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
       *reinterpret_cast<uint4*>(hi_plane + C * C + tile_at(r, c0)) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     };
-    put_pair(&sm.NM[r][c0], planes);
-    put_pair(&sm.P[r][c0], planes + 2 * C * C);
+    put_pair(&sm.NM()[r][c0], planes);
+    put_pair(&sm.P()[r][c0], planes + 2 * C * C);
   }
+  __syncwarp();  // N and P are read out: W's staging overwrites them
 
   // W = M' (K e^G), one key n-tile at a time, staged in k's tile (read no more) to leave in 16-byte
   // pieces of whole rows: stored from the mma layout, each 4-byte store touched 8 rows (the pass was
