@@ -17,14 +17,12 @@ int launch_ring(const kdactl_kda_args& a, const Segments& sg, int stages, int op
   return launch_recur<K, V, WARPS, 4, Pass::kWhole>(a, sg, a.batch, optin, stream);
 }
 
-// Two kernels: the prepare pass over every (chunk, head), then the recurrence. Varlen CTAs that
-// outnumber the SMs wait for one; the longest sequences' go first (measured at the serving varlen
-// shape, 1152 CTAs: lengths in either order time alike). Fewer all start at once.
+// The recurrence over whole sequences. Varlen CTAs that outnumber the SMs wait for one; the longest
+// sequences' go first (measured at the serving varlen shape, 1152 CTAs: lengths in either order time
+// alike). Fewer all start at once.
 template <int K, int V>
-int launch(const kdactl_kda_args& a, RecurShape rs, int sms, int optin, cudaStream_t stream) {
+int launch_whole(const kdactl_kda_args& a, Segments whole, RecurShape rs, int sms, int optin, cudaStream_t stream) {
   if (!chunk_builds(rs, V)) return KDACTL_ERR_BAD_TUNING;
-  if (int rc = launch_prepare(a, stream)) return rc;
-  Segments whole;
   whole.longest_first = a.varlen && recur_units(a, V, rs.warps) > sms;
   switch (rs.warps) {
     case 2: return launch_ring<K, V, 2>(a, whole, rs.stages, optin, stream);
@@ -36,6 +34,12 @@ int launch(const kdactl_kda_args& a, RecurShape rs, int sms, int optin, cudaStre
 }
 
 }  // namespace
+
+int kdactl::chunk::launch_walks(const kdactl_kda_args& a, Segments whole, int sms, int optin, cudaStream_t stream) {
+  const RecurShape rs = pick_recur(a, sms);
+  return a.key_dim == 64 ? launch_whole<64, 64>(a, whole, rs, sms, optin, stream)
+                         : launch_whole<128, 128>(a, whole, rs, sms, optin, stream);
+}
 
 int kdactl::chunk::launch_prepare(const kdactl_kda_args& a, cudaStream_t stream) {
   if (a.key_dim == 64) return a.qkv_fp16 ? launch_prepare_as<64, __half>(a, stream) : launch_prepare_as<64, bf16>(a, stream);
@@ -54,7 +58,8 @@ extern "C" int kdactl_kda_chunk(const kdactl_kda_args* args, void* stream) {
   if (int rc = head_error(a)) return rc;
   if (sms == 0) return 0;
   if (a.workspace == nullptr || a.workspace_bytes < kdactl_chunk_workspace_bytes(a)) return KDACTL_ERR_BAD_WORKSPACE;
-  const RecurShape rs = pick_recur(a, sms);
+  if (!chunk_builds(pick_recur(a, sms), a.value_dim)) return KDACTL_ERR_BAD_TUNING;
   auto s = static_cast<cudaStream_t>(stream);
-  return a.key_dim == 64 ? launch<64, 64>(a, rs, sms, optin, s) : launch<128, 128>(a, rs, sms, optin, s);
+  if (int rc = launch_prepare(a, s)) return rc;  // (two kernels: the prepare pass, then the walks)
+  return launch_walks(a, Segments{}, sms, optin, s);
 }

@@ -686,6 +686,9 @@ struct Segments {
   float* ends = nullptr;  // [N][count][H][K][V]: E, overwritten by the stitch with the next start state
   float* maps = nullptr;  // [N][count][H][K][K]: M transposed (M^T[j][k] = M[k][j])
   bool paired = true;     // Pass::kReduce's grid holds an M slot (odd z) beside each unit's; false where no sequence is stitched
+  // Route small_bh's choice on the device (kda_small_bh.cu, all_warm): nonzero when every segment starts
+  // warm. Where set, kReduce runs only then and a whole walk (kWhole) only otherwise.
+  unsigned* all_warm = nullptr;
   bool longest_first = false;  // Pass::kWhole: run the sequences longest first (longest_first below)
 };
 // The chunk a segment's walk starts from: 0 (the sequence's start, from its initial state: exact) when
@@ -953,6 +956,7 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int H = a.heads;
+  if (sg.all_warm && (*sg.all_warm != 0) != (PASS == Pass::kReduce)) return;  // the other kernel walks
   // Sequence n, segment p of its `segments`, and for kReduce whether this CTA maps M (homogeneous).
   const bool homogeneous = PASS == Pass::kReduce && sg.paired && (bz & 1);
   const int64_t z = PASS == Pass::kReduce && sg.paired ? bz / 2 : bz;

@@ -40,6 +40,10 @@ int launch_prepare_as(const kdactl_kda_args& a, cudaStream_t stream);
 // of all four would compile all four).
 int launch_prepare(const kdactl_kda_args& a, cudaStream_t stream);
 
+// Route chunk's recurrence over whole sequences, at the shape pick_recur gives (defined in kda_chunk.cu:
+// route small_bh launches it too, where its segments do not all start warm).
+int launch_walks(const kdactl_kda_args& a, Segments whole, int sms, int optin, cudaStream_t stream);
+
 // The recurrence over `units` (sequences, or segment slots) per head, where the device's shared
 // memory per block holds its ring: 227 KB on sm_90 and sm_100, 163 KB on sm_80, 99 KB on sm_86/89/120.
 template <int K, int V, int WARPS, int STAGES, Pass PASS>

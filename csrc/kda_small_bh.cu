@@ -14,8 +14,9 @@
 // Where every segment starts known (strongly decaying gates), kReduce alone runs the recurrence: one
 // pass over T / segments chunks and the few each warm start walks first. A sequence of at most
 // KDACTL_SMALL_BH_MAX_UNSTITCHED segments is never stitched (two reduction walks, a stitch and a replay
-// cost more than one walk of its length): kReduce walks each known segment on through the ones after
-// it that do not start known, so such a sequence costs one walk of its longest cold run.
+// cost more than one walk of its length). In a fixed layout a kernel then decides on the device: kReduce
+// where every segment starts warm, else route chunk's walk of whole sequences. In a varlen batch kReduce
+// walks each known segment of such a sequence on through the ones after it that do not start known.
 // Fixed and varlen layouts (varlen: the units of kda_small_bh_units, so that a batch is balanced by its
 // tokens, not by its sequences), state pools (their start states kept apart first), K == V.
 #include "kda_chunk_launch.cuh"
@@ -42,13 +43,15 @@ int64_t unit_count(const kdactl_kda_args& a) {
 // Workspace: the prepared blocks and their bounds (chunk_bounds), then per (unit, head) E [K][V] and
 // M^T [K][K] in fp32, then room for a state pool's start states [N][H][K][V] fp32 (always: a size is
 // computed before any pointer is set, and at most half of E and M's), then (varlen) the unit table:
-// unit_seq [units] and seq_unit0 [N + 1], int32.
+// unit_seq [units] and seq_unit0 [N + 1], int32; last, all_warm's answer (fixed layouts of at most
+// KDACTL_SMALL_BH_MAX_UNSTITCHED segments).
 template <int K, int V>
 uint64_t workspace_bytes(const kdactl_kda_args& a) {
   const uint64_t states = static_cast<uint64_t>(unit_count(a)) * a.heads;
   const uint64_t starts = static_cast<uint64_t>(a.batch) * a.heads * K * V * sizeof(float);
   const uint64_t table = a.varlen ? (unit_count(a) + a.batch + 1) * sizeof(int) : 0;
-  return blocks_bytes<K>(a) + bounds_bytes(a) + states * (K * V + K * K) * sizeof(float) + starts + table;
+  return blocks_bytes<K>(a) + bounds_bytes(a) + states * (K * V + K * K) * sizeof(float) + starts + table +
+         sizeof(unsigned);  // all_warm's answer
 }
 
 template <int K, int V>
@@ -70,7 +73,36 @@ Segments segments_of(const kdactl_kda_args& a) {
     sg.unit_seq = reinterpret_cast<int*>(after);
     sg.seq_unit0 = sg.unit_seq + unit_count(a);
   }
+  if (!sg.paired) sg.all_warm = reinterpret_cast<unsigned*>(after);  // (a fixed layout: no table)
   return sg;
+}
+
+// Fixed layouts of at most KDACTL_SMALL_BH_MAX_UNSTITCHED segments: whether every segment of every
+// (sequence, head) starts warm, into *sg.all_warm, by one CTA. Then kReduce walks the segments at once;
+// otherwise route chunk's walk of whole sequences runs instead (one walk per sequence and head, on its
+// CTA shape, which a cold start would otherwise leave to one of small_bh's CTAs: 13-27 % slower, H100).
+constexpr int kWarmThreads = 256;
+__global__ void __launch_bounds__(kWarmThreads) kda_small_bh_all_warm(const kdactl_kda_args a, const Segments sg) {
+#ifdef KDACTL_ARCH_MISMATCH
+  __trap();
+#else
+  __shared__ unsigned cold;
+  if (threadIdx.x == 0) cold = 0u;
+  __syncthreads();
+  const int64_t starts = a.batch * a.heads * (sg.count - 1);  // every segment's after the first
+  for (int64_t i = threadIdx.x; i < starts; i += kWarmThreads) {
+    const int64_t n = i / (a.heads * (sg.count - 1));
+    const int h = static_cast<int>(i / (sg.count - 1) % a.heads), p = static_cast<int>(i % (sg.count - 1)) + 1;
+    int64_t bos, eos;
+    kdactl::sequence_bounds(a, n, bos, eos);
+    if (warm_start(sg, bos / C + n, h, a.heads, p) < 0) {
+      atomicOr(&cold, 1u);
+      break;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) *sg.all_warm = cold ? 0u : 1u;
+#endif
 }
 
 // A state pool's start states into sg.starts, one CTA per (sequence, head) (a sequence without a slot
@@ -246,7 +278,7 @@ static_assert(KDACTL_SMALL_BH_CTAS_PER_SM * kPlannedCtaBytes <= 228 * 1024,
               "the small_bh recurrence no longer fits KDACTL_SMALL_BH_CTAS_PER_SM CTAs in an SM");
 
 template <int K, int V>
-int launch(const kdactl_kda_args& a, int optin, cudaStream_t stream) {
+int launch(const kdactl_kda_args& a, int sms, int optin, cudaStream_t stream) {
   if (a.workspace == nullptr || a.workspace_bytes < workspace_bytes<K, V>(a)) return KDACTL_ERR_BAD_WORKSPACE;
   const Segments sg = segments_of<K, V>(a);
   const int64_t units = unit_count(a);
@@ -263,7 +295,14 @@ int launch(const kdactl_kda_args& a, int optin, cudaStream_t stream) {
     kda_small_bh_units<<<1, kTableThreads, 0, stream>>>(a, sg, units);
     if (int rc = kdactl_launch_status()) return rc;
   }
-  if (!sg.paired) return launch_recur<K, V, W, S, Pass::kReduce>(a, sg, units, optin, stream);  // nothing stitched
+  if (!sg.paired) {  // nothing stitched: the segments at once where all start warm, else whole walks
+    kda_small_bh_all_warm<<<1, kWarmThreads, 0, stream>>>(a, sg);
+    if (int rc = kdactl_launch_status()) return rc;
+    if (int rc = launch_recur<K, V, W, S, Pass::kReduce>(a, sg, units, optin, stream)) return rc;
+    Segments whole;
+    whole.all_warm = sg.all_warm;
+    return launch_walks(a, whole, sms, optin, stream);
+  }
   if (int rc = launch_recur<K, V, W, S, Pass::kReduce>(a, sg, 2 * units, optin, stream)) return rc;
   if (int rc = launch_stitch<K, V>(a, sg, optin, stream)) return rc;
   return launch_recur<K, V, W, S, Pass::kReplay>(a, sg, units, optin, stream);
@@ -290,5 +329,5 @@ extern "C" int kdactl_kda_small_bh(const kdactl_kda_args* args, void* stream) {
   if (sms == 0) return 0;
   if (unit_count(a) < 1) return KDACTL_ERR_BAD_SEQLEN;  // T = 0: the plan never sends it here
   auto s = static_cast<cudaStream_t>(stream);
-  return a.key_dim == 64 ? launch<64, 64>(a, optin, s) : launch<128, 128>(a, optin, s);
+  return a.key_dim == 64 ? launch<64, 64>(a, sms, optin, s) : launch<128, 128>(a, sms, optin, s);
 }

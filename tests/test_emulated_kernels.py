@@ -88,16 +88,18 @@ def test_plain_routes_match_the_reference(kernels, route, T):
     assert max(errors(kernels, route, x, sms=FEW_SMS, initial_state=s0)) < ERROR_LIMIT
 
 
-@pytest.mark.parametrize("gates", ["cold", "warm-then-cold"])
-def test_small_bh_walks_on_where_it_does_not_stitch(kernels, gates):
-    """A sequence of at most SMALL_BH_MAX_UNSTITCHED segments is not stitched: a segment that does not
-    start warm is walked by the CTA of the segment before it (all of them by segment 0's where nothing
-    decays; the last two by the second's where the decay stops halfway)."""
+@pytest.mark.parametrize("gates,all_warm", [("warm", 1), ("cold", 0), ("warm-then-cold", 0)])
+def test_small_bh_runs_unstitched_segments_at_once_only_where_all_start_warm(kernels, gates, all_warm):
+    """A fixed layout of at most SMALL_BH_MAX_UNSTITCHED segments is not stitched: a kernel finds whether
+    every segment starts warm (its answer is the workspace's last word), and then the segments run at
+    once, or else route chunk's walks of whole sequences."""
     assert 2 <= segments(1000, 4, FEW_SMS) <= SMALL_BH_MAX_UNSTITCHED
     x, s0, _ = random_inputs(1, 1000, 4, with_state=True, g_range=(-0.02, 0.0) if gates == "cold" else (-8.0, 0.0))
     if gates == "warm-then-cold":
         x["g"][:, 500:] *= 1e-3
-    assert max(errors(kernels, "small_bh", x, sms=FEW_SMS, initial_state=s0)) < ERROR_LIMIT
+    emu = kernels(FEW_SMS)
+    assert max(errors(lambda *_: emu, "small_bh", x, initial_state=s0)) < ERROR_LIMIT
+    assert int(emu.workspace[-4:].view(torch.int32)) == all_warm
 
 
 def test_small_bh_stitches_several_segments(kernels):

@@ -216,7 +216,8 @@ def test_the_real_library_exports_the_registry_and_names_bad_arguments(tmp_path,
     slots = 200 // 16 + 3
     units = -(-slots // 2) + 3  # ceil(slots / segment_chunks) + N
     blocks = slots * 2 * 14848 + 128  # and a 128-byte line of their bounds (slots x heads fp32)
-    want = blocks + units * 2 * (128 * 128 * 2) * 4 + 3 * 2 * 128 * 128 * 4 + (units + 3 + 1) * 4  # + a pool's starts
+    want = blocks + units * 2 * (128 * 128 * 2) * 4 + 3 * 2 * 128 * 128 * 4 + (units + 3 + 1) * 4 + 4  # + a pool's
+    # starts, the table, and a word for whether every segment starts warm (kda_small_bh_all_warm)
     assert kernels.workspace_bytes(ROUTES.index("small_bh"), packed) == want
     # The size is computed before any pointer is set: a state pool's pointer must not change it.
     pooled = KdaArgs(batch=3, seqlen=200, heads=2, key_dim=128, value_dim=128, segment_chunks=2, varlen=1,

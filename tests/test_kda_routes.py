@@ -40,7 +40,7 @@ def test_chunk_wins_from_the_measured_boundary():
     assert select_route(problem(T=CHUNK_MIN_TOKENS - 1), H200) == "direct"
     short = decide_route(problem(T=1), H200)
     assert short.route == "direct" and short.rejected["chunk"].startswith("slower than direct")
-    long = decide_route(problem(T=8192, H=64), H200)
+    long = decide_route(problem(T=8192, H=96), H200)
     assert long.route == "chunk" and long.rejected["direct"].startswith("slower than chunk")
 
 
@@ -57,7 +57,7 @@ def test_chunk_needs_k_equal_v():
     assert d.route == "direct" and d.rejected["chunk"] == "needs K == V, got K=64 V=128"
     with pytest.raises(ValueError, match="route 'chunk' is not eligible: needs K == V"):
         select_route(p, H200, "chunk")
-    assert select_route(problem(T=4096, H=64, K=64, V=64), H200) == "chunk"
+    assert select_route(problem(T=4096, H=192, K=64, V=64), H200) == "chunk"
 
 
 def test_empty_batch_has_a_route():
@@ -74,12 +74,23 @@ def test_small_bh_qualification_shapes_pick_small_bh(H, T):
     assert d.rejected["chunk"].startswith("slower than small_bh at")
 
 
-@pytest.mark.parametrize("B,T,H", [(1, 8192, 64), (1, 8192, 96), (2, 16384, 64), (8, 4096, 12)])
-def test_serving_shapes_stay_on_chunk(B, T, H):
+@pytest.mark.parametrize("B,T,H", [(1, 8192, 96), (2, 16384, 64), (8, 4096, 12)])
+def test_serving_shapes_that_fill_the_gpu_stay_on_chunk(B, T, H):
     d = decide_route(problem(B=B, T=T, H=H), H200)
     assert d.route == "chunk"
-    why = d.rejected["small_bh"]  # B1 H64: two segments, short of SMALL_BH_MIN_SEGMENTS
-    assert "already fills the GPU" in why or why.startswith("slower than chunk at 2 segments"), why
+    assert "already fills the GPU" in d.rejected["small_bh"], d.rejected["small_bh"]
+
+
+def test_b1_t8192_h64_takes_small_bh_which_walks_whole_sequences_where_a_start_is_cold():
+    from kdactl.kda.routes import route_detail
+
+    p = problem(T=8192, H=64)
+    d = decide_route(p, H200)
+    assert d.route == "small_bh"
+    assert d.rejected["chunk"] == "slower than small_bh at 2 segments per sequence <= 4, walked at once where all start warm"
+    assert route_detail(p, H200, "small_bh") == (
+        "2 segments of 256 chunks per sequence, 128 lanes (where one does not start warm, chunk's walks of whole "
+        "sequences run instead)")  # fmt: skip
 
 
 def test_small_bh_plan_fills_the_recurrence_slots_once_with_a_cta_per_segment():
@@ -137,11 +148,13 @@ def test_small_bh_ineligible_reasons(p, reason):
 def test_small_bh_preferred_from_its_segment_threshold():
     from kdactl.kda.routes import SMALL_BH_MIN_SEGMENTS, small_bh_plan
 
-    # H = 32: 64 CTAs per segment index, 264 // 64 = 4 segments: eligible, chunk still first
+    # H = 32: 64 CTAs per segment index, 264 // 64 = 4 segments: a fixed layout takes small_bh (not
+    # stitched), a varlen batch chunk
     p = problem(T=8192, H=32)
     assert small_bh_plan(p, H200).segments == 4 < SMALL_BH_MIN_SEGMENTS
-    d = decide_route(p, H200)
-    assert d.route == "chunk" and d.rejected["small_bh"] == "slower than chunk at 4 segments per sequence < 5"
+    assert select_route(p, H200) == "small_bh"
+    d = decide_route(problem(T=8192, H=32, varlen=True, N=2), H200)
+    assert d.route == "chunk" and d.rejected["small_bh"] == "slower than chunk at 4 segments over the batch < 5"
     assert select_route(p, H200, "small_bh") == "small_bh"
     # H = 24: 264 // 48 = 5 segments
     assert small_bh_plan(problem(T=8192, H=24), H200).segments == SMALL_BH_MIN_SEGMENTS

@@ -45,7 +45,7 @@ def test_segment_starts_counts_every_sequence_head_and_later_segment():
     bounds = [[-25.0, 0.0] for _ in range(slots)]  # head 0 forgets in a chunk, head 1 never
     starts = segment_starts(bounds, [480, 480], 10)  # 3 segments a sequence: none is stitched
     assert starts == SegmentStarts(warm=4, stitched=0, walked_on=4)
-    assert str(starts) == "4 of 8 segment starts warm (decay bound), 0 stitched, 4 walked on from the segment before"
+    assert str(starts) == "4 of 8 segment starts warm (decay bound), 0 stitched, 4 walked without a stitch"
     assert str(SegmentStarts(warm=4, stitched=4)) == "4 of 8 segment starts warm (decay bound), 4 stitched"
     # 8 segments of 4 chunks (more than SMALL_BH_MAX_UNSTITCHED) are stitched; within 8 chunks of its
     # sequence's start a segment starts exactly from there, however weak the decay

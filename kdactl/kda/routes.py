@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kdactl.kernel_abi import CHUNK, ROUTE_IDS, ROUTES, SMALL_BH_CTAS_PER_SM
+from kdactl.kernel_abi import CHUNK, ROUTE_IDS, ROUTES, SMALL_BH_CTAS_PER_SM, SMALL_BH_MAX_UNSTITCHED
 
 if TYPE_CHECKING:
     from kdactl.kda.problem import KdaProblem
@@ -105,12 +105,16 @@ def small_bh_plan(p: KdaProblem, dev: DeviceInfo) -> SegmentPlan:
 
 def route_detail(p: KdaProblem, dev: DeviceInfo, route: str) -> str:
     """How ``route`` cuts this problem, where it cuts it (small_bh's segments); "" for the others.
-    Whether a segment then starts warm (the decay bound) or is stitched is decided on the device."""
+    Whether a segment then starts warm (the decay bound) or is stitched is decided on the device, and
+    so, for a fixed layout of at most SMALL_BH_MAX_UNSTITCHED segments, whether they run at all."""
     if route != "small_bh":
         return ""
     plan = small_bh_plan(p, dev)
     per = "over the batch's tokens" if p.varlen else "per sequence"
-    return f"{plan.segments} segments of {plan.segment_chunks} chunks {per}, {plan.lanes} lanes"
+    detail = f"{plan.segments} segments of {plan.segment_chunks} chunks {per}, {plan.lanes} lanes"
+    if not p.varlen and plan.segments <= SMALL_BH_MAX_UNSTITCHED:
+        detail += " (where one does not start warm, chunk's walks of whole sequences run instead)"
+    return detail
 
 
 def _small_bh(p: KdaProblem, dev: DeviceInfo) -> str | None:
@@ -163,13 +167,15 @@ def tokens_per_sequence(p: KdaProblem) -> float:
     return p.batch * p.seqlen / p.num_seqs if p.num_seqs else 0.0
 
 
-# small_bh takes over from chunk once its plan has this many segments per sequence and the sequences
-# average this many tokens. Measured on the H200 (docs/routes/small_bh.md), chunk / small_bh ms under the
-# lower-bound gate, where every segment starts warm (FlashKDA's draw) / where every one is stitched (fla's
-# test draw): 5 segments, B1 T4096 H24 0.259 / 0.175 and 0.259 / 0.304, B1 T32768 H24 1.931 / 1.095 and
-# 1.923 / 1.884; 4 segments, B1 T8192 H32 0.547 / 0.672 stitched (plain: 0.508 / 0.361); 2 segments, B1
-# T8192 H64 0.748 / 0.728 and 0.748 / 0.993. Earlier (before the plan's one CTA per segment per slot):
-# B1 T512 H4 0.033 / 0.034, B1 T256 H1 0.022 / 0.026.
+# small_bh takes over from chunk once the sequences average SMALL_BH_MIN_TOKENS tokens and its plan cuts
+# SMALL_BH_MIN_SEGMENTS segments per sequence (stitched where they do not start warm), or, in a fixed
+# layout, 2 to SMALL_BH_MAX_UNSTITCHED (not stitched: the segments at once where every one starts warm,
+# else chunk's own walks, decided on the device). Measured on the H200 (docs/routes/small_bh.md), chunk /
+# small_bh ms under the lower-bound gate, where every segment starts warm (FlashKDA's draw) / where every
+# one is stitched (fla's test draw): 5 segments, B1 T4096 H24 0.259 / 0.175 and 0.259 / 0.304, B1 T32768
+# H24 1.931 / 1.095 and 1.923 / 1.884. Earlier (before the plan's one CTA per segment per slot): B1 T512
+# H4 0.033 / 0.034, B1 T256 H1 0.022 / 0.026. Below 5 segments (H100, auto on small_bh / chunk): warm B1
+# T8192 H64 0.645 / 0.731, B1 T8192 H32 0.343 / 0.496; cold 0.765 / 0.734 and 0.517 / 0.497.
 SMALL_BH_MIN_SEGMENTS = 5
 SMALL_BH_MIN_TOKENS = 1024
 
@@ -192,8 +198,12 @@ def preference(p: KdaProblem, dev: DeviceInfo) -> tuple[tuple[str, str], ...]:
         seg_why = f"{p.num_seqs} sequences x {plan.lanes} lanes fill the {slots} recurrence slots already"
     elif tps < SMALL_BH_MIN_TOKENS:
         seg_why = f"{tps:.0f} tokens per sequence < {SMALL_BH_MIN_TOKENS}"
-    elif segments >= SMALL_BH_MIN_SEGMENTS:
-        seg_why = f"{segments} segments {per} >= {SMALL_BH_MIN_SEGMENTS}"
+    elif segments >= SMALL_BH_MIN_SEGMENTS or (not p.varlen and segments >= 2):
+        seg_why = (
+            f"{segments} segments {per} >= {SMALL_BH_MIN_SEGMENTS}"
+            if segments >= SMALL_BH_MIN_SEGMENTS
+            else f"{segments} segments {per} <= {SMALL_BH_MAX_UNSTITCHED}, walked at once where all start warm"
+        )
         return (
             ("small_bh", seg_why),
             ("chunk", f"slower than small_bh at {seg_why}"),

@@ -1,5 +1,5 @@
 """Which of route small_bh's segments started warm and which were stitched (or, in a sequence of at most
-SMALL_BH_MAX_UNSTITCHED segments, walked on from the segment before), read back from a call's
+SMALL_BH_MAX_UNSTITCHED segments, walked without a stitch), read back from a call's
 workspace: the prepare pass stores log2 of a bound on every (chunk, head)'s state map there, and the
 recurrence decides each segment's start from those bounds (``warm_start`` in csrc/kda_chunk.cuh, which
 ``warm_start`` here follows step for step). kdactl bench reports it beside small_bh's plan, so that a
@@ -24,12 +24,14 @@ WARM_CHUNKS = 8  # kWarmChunks: the most chunks a segment walks back before it n
 class SegmentStarts:
     warm: int  # from a zero state a few chunks early (or from the sequence's start): no stitch
     stitched: int  # from the exact state the stitch made
-    walked_on: int = 0  # not warm in a sequence small_bh does not stitch: the walk before it goes on
+    # not warm in a sequence small_bh does not stitch: fixed layouts then run route chunk's whole walks,
+    # a varlen batch the walk of the segment before it on through it
+    walked_on: int = 0
 
     def __str__(self) -> str:
         total = self.warm + self.stitched + self.walked_on
         text = f"{self.warm} of {total} segment starts warm (decay bound), {self.stitched} stitched"
-        return text + (f", {self.walked_on} walked on from the segment before" if self.walked_on else "")
+        return text + (f", {self.walked_on} walked without a stitch" if self.walked_on else "")
 
 
 def warm_start(log2_bound: Sequence[float], first: int) -> int | None:
