@@ -685,9 +685,9 @@ struct Segments {
   float* starts = nullptr;
   float* ends = nullptr;  // [N][count][H][K][V]: E, overwritten by the stitch with the next start state
   float* maps = nullptr;  // [N][count][H][K][K]: M transposed (M^T[j][k] = M[k][j])
-  bool paired = true;     // Pass::kReduce's grid holds an M slot (odd z) beside each unit's; false where no sequence is stitched
-  // Route small_bh's choice on the device (kda_small_bh.cu, all_warm): nonzero when every segment starts
-  // warm. Where set, kReduce runs only then and a whole walk (kWhole) only otherwise.
+  // Route small_bh's choice on the device (kda_small_bh.cu, all_warm), set for a fixed layout of at most
+  // KDACTL_SMALL_BH_MAX_UNSTITCHED segments: nonzero when every segment starts warm. Where set, kReduce
+  // runs only then (its grid without M slots: nothing is stitched) and a whole walk (kWhole) only otherwise.
   unsigned* all_warm = nullptr;
   bool longest_first = false;  // Pass::kWhole: run the sequences longest first (longest_first below)
 };
@@ -958,8 +958,9 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
   const int H = a.heads;
   if (sg.all_warm && (*sg.all_warm != 0) != (PASS == Pass::kReduce)) return;  // the other kernel walks
   // Sequence n, segment p of its `segments`, and for kReduce whether this CTA maps M (homogeneous).
-  const bool homogeneous = PASS == Pass::kReduce && sg.paired && (bz & 1);
-  const int64_t z = PASS == Pass::kReduce && sg.paired ? bz / 2 : bz;
+  const bool paired = PASS == Pass::kReduce && !sg.all_warm;  // kReduce's grid: an M slot (odd z) beside each unit's
+  const bool homogeneous = paired && (bz & 1);
+  const int64_t z = paired ? bz / 2 : bz;
   int64_t n = PASS != Pass::kWhole ? z / sg.count : sg.longest_first ? longest_first<WARPS * 32>(a, z) : z;
   int p = PASS == Pass::kWhole ? 0 : static_cast<int>(z % sg.count), segments = sg.count;
   if (PASS != Pass::kWhole && sg.unit_seq) {

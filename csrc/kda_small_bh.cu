@@ -59,7 +59,6 @@ Segments segments_of(const kdactl_kda_args& a) {
   Segments sg;
   sg.chunks = a.segment_chunks;
   sg.count = static_cast<int>(a.varlen ? unit_count(a) : segment_count(a));  // varlen: a bound per sequence
-  sg.paired = a.varlen || sg.count > KDACTL_SMALL_BH_MAX_UNSTITCHED;  // (varlen: each sequence's count decides)
   unsigned char* ws = static_cast<unsigned char*>(a.workspace);
   sg.bounds = chunk_bounds<K>(a, ws);  // the prepare pass stores every chunk's bound when segment_chunks > 0
   unsigned char* base = ws + blocks_bytes<K>(a) + bounds_bytes(a);
@@ -73,7 +72,8 @@ Segments segments_of(const kdactl_kda_args& a) {
     sg.unit_seq = reinterpret_cast<int*>(after);
     sg.seq_unit0 = sg.unit_seq + unit_count(a);
   }
-  if (!sg.paired) sg.all_warm = reinterpret_cast<unsigned*>(after);  // (a fixed layout: no table)
+  // A fixed layout that stitches nothing chooses on the device (varlen: each sequence's count decides there)
+  if (!a.varlen && sg.count <= KDACTL_SMALL_BH_MAX_UNSTITCHED) sg.all_warm = reinterpret_cast<unsigned*>(after);
   return sg;
 }
 
@@ -295,7 +295,7 @@ int launch(const kdactl_kda_args& a, int sms, int optin, cudaStream_t stream) {
     kda_small_bh_units<<<1, kTableThreads, 0, stream>>>(a, sg, units);
     if (int rc = kdactl_launch_status()) return rc;
   }
-  if (!sg.paired) {  // nothing stitched: the segments at once where all start warm, else whole walks
+  if (sg.all_warm) {  // nothing stitched: the segments at once where all start warm, else whole walks
     kda_small_bh_all_warm<<<1, kWarmThreads, 0, stream>>>(a, sg);
     if (int rc = kdactl_launch_status()) return rc;
     if (int rc = launch_recur<K, V, W, S, Pass::kReduce>(a, sg, units, optin, stream)) return rc;
