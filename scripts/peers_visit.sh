@@ -5,14 +5,17 @@
 # script; .peers/README.md says what is there). Everything goes to /tmp and $OUT; no tracked file is
 # written. In parallel first: the wheels into /tmp/site, FlashKDA's build (its log kept), kdactl's
 # build, and fla's Triton warm-ups per head count and configuration (bounded: each under a timeout);
-# then kimi-linear (fla only: needs no FlashKDA), then production with every peer.
-# Env: ITERS (12), WARMUP (2), SUITES ("kimi-linear production"), WARM_TIMEOUT (180 s),
-#      FLASHKDA_TIMEOUT (360 s), BENCH_TIMEOUT (170 s per suite): at most ~9.5 min in all.
+# then kimi-linear (fla only: needs no FlashKDA), then production and small-bh (lower-bound) with every
+# peer. A suite cut by its time limit still writes the shapes it finished (kdactl bench on SIGTERM).
+# Env: ITERS (12), WARMUP (2), SUITES ("kimi-linear production small-bh"), GATE_PARAMS (test: fla's
+#      draw; flashkda: every channel decays fast, where cuDNN's pieces start warm), WARM_TIMEOUT (180 s),
+#      FLASHKDA_TIMEOUT (360 s), BENCH_TIMEOUT (170 s per suite). On an H100 (2026-12-06) production with
+#      the three peers took about 150 s at ITERS=3, kimi-linear with fla about 130 s, small-bh 60 s.
 set -uo pipefail
 : "${OUT:?set OUT to the folder that comes back}"
 export PYTHONUNBUFFERED=1 FLA_FLASH_KDA=0 TRITON_CACHE_DIR=/tmp/triton KDACTL_DATA_DIR=/tmp/kd \
   KDACTL_CACHE_DIR=${KDACTL_CACHE_DIR:-$PWD/.cache/kdactl}
-ITERS=${ITERS:-12} WARMUP=${WARMUP:-2} SUITES=${SUITES:-"kimi-linear production"}
+ITERS=${ITERS:-12} WARMUP=${WARMUP:-2} SUITES=${SUITES:-"kimi-linear production small-bh"} GP=${GATE_PARAMS:-test}
 S=/tmp/peers_visit SITE=/tmp/site
 mkdir -p $S $SITE $KDACTL_DATA_DIR
 exec > >(tee -a $OUT/peers_visit.log) 2>&1
@@ -28,7 +31,7 @@ stamp "background: FlashKDA build, kdactl build, fla warm-ups"
  echo "flashkda build rc=$? ($((SECONDS - s0)) s)" | tee -a $OUT/flashkda_build.log) & fk=$!
 (timeout 200 kdactl build > $S/kdactl_build.log 2>&1; echo "kdactl build rc=$?" >> $S/kdactl_build.log) & kb=$!
 warm=()
-for entry in ${WARM:-4:softplus 8:softplus 16:softplus 32:softplus 12:lower-bound 16:lower-bound 24:lower-bound 64:lower-bound 96:lower-bound}; do
+for entry in ${WARM:-4:softplus 8:softplus 16:softplus 32:softplus 12:lower-bound 16:lower-bound 24:lower-bound 64:lower-bound 96:lower-bound 8:lower-bound 4:lower-bound 1:lower-bound}; do
   peers timeout ${WARM_TIMEOUT:-180} python3 scripts/warm_fla.py $entry > $S/warm_${entry/:/_}.log 2>&1 & warm+=($!)
 done
 wait $kb; tail -3 $S/kdactl_build.log
@@ -41,14 +44,17 @@ bench() {  # suite, then kdactl bench's extra arguments
     --markdown $OUT/$s.md --json "$@" > $OUT/$s.json 2> $S/$s.err
   echo "bench $s rc=$?"; tail -3 $S/$s.err; cat $OUT/$s.md
 }
+need_flashkda() {  # once: FlashKDA's build ends, and whether each peer imports
+  [ -n "${fk_done:-}" ] && return; fk_done=1
+  wait $fk; tail -2 $OUT/flashkda_build.log
+  peers python3 -c "import torch, flash_kda; print('flash_kda imports')" 2>&1 | tail -1
+  peers python3 -c "import cudnn; from cudnn.linear_attention import kimi_delta_attention; print('cudnn', cudnn.__version__ if hasattr(cudnn, '__version__') else '', 'imports')" 2>&1 | tail -1
+}
 for s in $SUITES; do
   case $s in
     kimi-linear) bench kimi-linear --peers fla ;;
-    production)
-      wait $fk; tail -2 $OUT/flashkda_build.log
-      peers python3 -c "import torch, flash_kda; print('flash_kda imports')" 2>&1 | tail -1
-      peers python3 -c "import cudnn; from cudnn.linear_attention import kimi_delta_attention; print('cudnn', cudnn.__version__ if hasattr(cudnn, '__version__') else '', 'imports')" 2>&1 | tail -1
-      bench production --peers fla,flashkda,cudnn ;;
+    production) need_flashkda; bench production --gate-params $GP --peers fla,flashkda,cudnn ;;
+    small-bh) need_flashkda; bench small-bh --config lower-bound --gate-params $GP --peers fla,flashkda,cudnn ;;
     *) bench $s --peers all ;;
   esac
 done

@@ -197,3 +197,54 @@ def test_unknown_fault_is_a_usage_error_before_the_gpu():
     with pytest.raises(UsageError, match="KDACTL_FAULT='slowly'"):
         run_bench(Settings.from_env({"KDACTL_FAULT": "slowly"}), BenchOptions(shapes=ONE), harness_factory=no_harness,
                   progress=NullProgress())  # fmt: skip
+
+
+class StopsAt(FakeHarness):
+    """Interrupted while setting up its ``at``-th shape (0-based), by Ctrl-C or by a SIGTERM to itself."""
+
+    def __init__(self, at: int, how: str = "ctrl-c", **kw):
+        super().__init__(**kw)
+        self.at, self.how = at, how
+
+    def candidates(self, shape, routes, peers):
+        if len(self.shapes) == self.at:
+            if self.how == "sigterm":
+                import os
+                import signal
+                import time
+
+                os.kill(os.getpid(), signal.SIGTERM)  # what `timeout` sends; the runner turns it into Ctrl-C
+                time.sleep(5)  # the handler's KeyboardInterrupt ends this sleep at once
+                raise AssertionError("SIGTERM did not interrupt the run")
+            raise KeyboardInterrupt
+        return super().candidates(shape, routes, peers)
+
+
+THREE = ("1,64,2", "1,128,2", "1,256,2")
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_an_interrupted_run_keeps_and_writes_the_shapes_it_finished(tmp_path, how):
+    md = tmp_path / "out.md"
+    h = StopsAt(2, how)
+    r = bench(h, shapes=THREE, markdown=str(md))
+    assert [run.shape.key for run in r.runs] == ["B1-T64-H2-D128", "B1-T128-H2-D128"]
+    assert all(run.outcome("auto").summary is not None for run in r.runs)
+    assert r.exit_code == 3 and r.stopped == "interrupted after 2 of 3 shapes; not measured: B1-T256-H2-D128"
+    assert r.reasons == [r.stopped] and r.to_json()["stopped"] == r.stopped
+    text = md.read_text()
+    assert text.startswith(f"**Incomplete**: {r.stopped}.") and "B1-T128-H2-D128" in text
+    assert h.released == 1
+
+
+def test_an_interrupted_run_records_no_baseline_and_a_wrong_result_still_fails(tmp_path):
+    path = tmp_path / "b.toml"
+    r = bench(StopsAt(1), shapes=THREE, record_baseline=True, baseline=path)
+    assert r.exit_code == 3 and not path.exists() and any("NOT written" in n for n in r.notes)
+    r = bench(StopsAt(1, wrong={"auto"}), shapes=THREE)
+    assert r.exit_code == 1 and r.reasons[-1] == r.stopped  # evidence found before the stop still counts
+
+
+def test_an_interrupt_before_any_shape_finished_ends_as_an_interrupted_command():
+    with pytest.raises(KeyboardInterrupt):
+        bench(StopsAt(0), shapes=THREE)

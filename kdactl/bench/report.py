@@ -166,6 +166,7 @@ class BenchReport:
     notes: list[str] = field(default_factory=list)
     markdown_stdout: bool = False
     host: bool = False  # --host: the CPU cost per call, not device time
+    stopped: str | None = None  # why the run ended before its last shape (Ctrl-C, SIGTERM)
 
     def method(self) -> str:
         i = self.info
@@ -207,7 +208,8 @@ class BenchReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "schema": SCHEMA, "exit_code": self.exit_code, "reasons": self.reasons, "info": self.info,
+            "schema": SCHEMA, "exit_code": self.exit_code, "reasons": self.reasons, "stopped": self.stopped,
+            "info": self.info,
             "method": {**self.plan.to_json(), "warmup": self.warmup, "statistic": "median of block medians",
                        "ratio": "candidate median / auto median (>1: auto faster)"},
             "configs": configs_used(self.runs),
@@ -258,7 +260,8 @@ class BenchReport:
         console.print(f"bench: {word}" + (": " + "; ".join(self.reasons) if self.reasons else "") + tail, markup=False)
 
     def markdown(self) -> str:
-        lines = _md_table(*self.rows())
+        lines = [f"**Incomplete**: {self.stopped}.", ""] if self.stopped else []
+        lines += _md_table(*self.rows())
         if not self.host:
             lines += [
                 "",

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kdactl.atomic import write_text_atomic
 from kdactl.bench import baseline as bl
 from kdactl.bench.configs import CONFIGS
 from kdactl.bench.model import ERROR, FAILED, OK, PEER_TIMED_LIMIT, PEERS, Candidate, Harness, Outcome, ShapeRun
@@ -25,9 +26,10 @@ from kdactl.bench.report import BenchReport, verdict
 from kdactl.bench.stats import summarize
 from kdactl.bench.suites import HOST_SHAPES, Shape, resolve_shapes
 from kdactl.bench.timing import TIMERS
-from kdactl.errors import Inconclusive, UsageError
+from kdactl.errors import EXIT_INCONCLUSIVE, EXIT_NOT_CERTIFIED, Inconclusive, UsageError
 from kdactl.faults import fault_from_env
 from kdactl.kda.routes import ROUTES
+from kdactl.proc import sigterm_interrupts
 from kdactl.settings import Settings
 
 log = logging.getLogger("kdactl.bench")
@@ -144,25 +146,42 @@ def run_bench(settings: Settings, options: BenchOptions, harness_factory: Callab
             info = harness.info()
             path, old = _baseline_for(options, info)
             prog.start(len(req.shapes))
-            for shape in req.shapes:
-                runs.append(run_shape(harness, shape, req, prog))
-                prog.advance()
-            if options.host:
+            stopped = _run_shapes(harness, req, runs, prog)
+            if options.host and not stopped:
                 info.update(harness.host_context())
     finally:
         prog.close()
         if harness is not None:
             harness.release()
-    rows = bl.gate(runs, old, str(info.get("timer"))) if options.gate and old is not None else []
+    rows = bl.gate(runs, old, str(info.get("timer"))) if options.gate and old is not None and not stopped else []
     code, reasons = verdict(runs, rows, gating=options.gate)
+    if stopped:  # wrong results already found still count against the node; else nothing was judged
+        code, reasons = (code if code == EXIT_NOT_CERTIFIED else EXIT_INCONCLUSIVE), [*reasons, stopped]
     report = BenchReport(
-        info, req.plan, options.warmup, runs, rows, code, reasons, baseline_path=path, host=options.host
+        info, req.plan, options.warmup, runs, rows, code, reasons, path, host=options.host, stopped=stopped
     )
     if options.record_baseline:
         assert path is not None  # _baseline_for names the file whenever a baseline is recorded
         _record(report, path, old, info, options.tolerance)
     _write_files(report, options)
     return report
+
+
+def _run_shapes(harness: Harness, req: Request, runs: list[ShapeRun], prog: Progress | NullProgress) -> str | None:
+    """Every shape in turn into ``runs``; None when all ran. Ctrl-C, or SIGTERM (a supervisor's time
+    limit), ends the run at once and keeps the shapes already finished, so that a run cut short still
+    reports and writes what it measured: the reason returned names the shapes it did not reach."""
+    with sigterm_interrupts():
+        try:
+            for shape in req.shapes:
+                runs.append(run_shape(harness, shape, req, prog))
+                prog.advance()
+        except KeyboardInterrupt:
+            if not runs:
+                raise  # nothing measured: the command ends as any interrupted one does
+            left = [s.key for s in req.shapes[len(runs) :]]
+            return f"interrupted after {len(runs)} of {len(req.shapes)} shapes; not measured: {', '.join(left)}"
+    return None
 
 
 def _baseline_for(o: BenchOptions, info: dict[str, Any]) -> tuple[Path | None, bl.Baseline | None]:
@@ -180,8 +199,11 @@ def _baseline_for(o: BenchOptions, info: dict[str, Any]) -> tuple[Path | None, b
 
 
 def _record(report: BenchReport, path: Path, old, info, tolerance) -> None:
-    """Only a clean run becomes a baseline: any own failure or error leaves the file untouched."""
+    """Only a clean, whole run becomes a baseline: any own failure or error, or an interrupted run,
+    leaves the file untouched."""
     code, reasons = verdict(report.runs, [], gating=False)
+    if report.stopped:
+        code, reasons = EXIT_INCONCLUSIVE, [*reasons, report.stopped]
     if code != 0:
         report.notes.append(f"baseline NOT written to {path}: the run did not pass ({'; '.join(reasons)})")
         return
@@ -193,7 +215,7 @@ def _record(report: BenchReport, path: Path, old, info, tolerance) -> None:
 
 def _write_files(report: BenchReport, o: BenchOptions) -> None:
     if o.markdown and o.markdown != "-":
-        Path(o.markdown).write_text(report.markdown())
+        write_text_atomic(Path(o.markdown), report.markdown())
         report.notes.append(f"markdown written to {o.markdown}")
     if o.plot is not None:
         report.plot(Path(o.plot))
