@@ -70,6 +70,7 @@ __host__ __device__ constexpr int tile_at(int r, int col) { return ((col / 8) * 
 // the state between channels, so history survives where each channel alone decays.)
 constexpr float kDropLog2 = -20.f;
 constexpr int kWarmChunks = 8;
+constexpr int kMinHalvedChunks = 4;  // Segments::halves: a segment of fewer chunks is walked whole
 constexpr float kBoundMargin = 1.f + 1.f / 64.f;
 
 __host__ __device__ inline int64_t num_slots(const kdactl_kda_args& a) {
@@ -689,14 +690,17 @@ struct Segments {
   // KDACTL_SMALL_BH_MAX_UNSTITCHED segments: nonzero when every segment starts warm. Where set, kReduce
   // runs only then (its grid without M slots: nothing is stitched) and a whole walk (kWhole) only otherwise.
   unsigned* all_warm = nullptr;
+  // kReduce with M slots whose grid fits one wave (set by the launcher): a known segment whose middle
+  // chunk starts warm too is walked in two halves at once, by its E slot (to the middle) and its M slot
+  // (from the middle), which such a segment leaves idle otherwise.
+  bool halves = false;
   bool longest_first = false;  // Pass::kWhole: run the sequences longest first (longest_first below)
 };
 // The chunk a segment's walk starts from: 0 (the sequence's start, from its initial state: exact) when
 // the walk back from the segment's first chunk reaches it within kWarmChunks chunks; else the chunk
 // c > 0 from which chunks c .. first - 1 bound the history before them to 2^kDropLog2 (a zero state
 // there); else -1: the segment needs its exact stitched start. `slot0`: the sequence's chunk 0's slot.
-__device__ __forceinline__ int64_t warm_start(const Segments& sg, int64_t slot0, int h, int H, int p) {
-  const int64_t first = p * sg.chunks;
+__device__ __forceinline__ int64_t warm_start_at(const Segments& sg, int64_t slot0, int h, int H, int64_t first) {
   if (first == 0) return 0;
   if (!sg.bounds) return first <= kWarmChunks ? 0 : -1;
   float bound[kWarmChunks];  // log2 of the bounds of chunks first - 1, first - 2, ...: all loads at once
@@ -714,6 +718,9 @@ __device__ __forceinline__ int64_t warm_start(const Segments& sg, int64_t slot0,
     if (log2_bound <= kDropLog2) return c;
   }
   return -1;
+}
+__device__ __forceinline__ int64_t warm_start(const Segments& sg, int64_t slot0, int h, int H, int p) {
+  return warm_start_at(sg, slot0, h, H, p * sg.chunks);
 }
 
 // A stage of the ring: the chunk's block as the workspace holds it (Block's order, tiles in tile_at's),
@@ -959,7 +966,7 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
   if (sg.all_warm && (*sg.all_warm != 0) != (PASS == Pass::kReduce)) return;  // the other kernel walks
   // Sequence n, segment p of its `segments`, and for kReduce whether this CTA maps M (homogeneous).
   const bool paired = PASS == Pass::kReduce && !sg.all_warm;  // kReduce's grid: an M slot (odd z) beside each unit's
-  const bool homogeneous = paired && (bz & 1);
+  const bool m_slot = paired && (bz & 1);
   const int64_t z = paired ? bz / 2 : bz;
   int64_t n = PASS != Pass::kWhole ? z / sg.count : sg.longest_first ? longest_first<WARPS * 32>(a, z) : z;
   int p = PASS == Pass::kWhole ? 0 : static_cast<int>(z % sg.count), segments = sg.count;
@@ -972,7 +979,7 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
   int64_t bos, eos;
   sequence_bounds(a, n, bos, eos);
   const int64_t nchunks = (eos - bos + C - 1) / C, slot0 = bos / C + n;
-  const int64_t c_first = PASS == Pass::kWhole ? 0 : p * sg.chunks;  // this unit's first chunk of o (or E)
+  int64_t c_first = PASS == Pass::kWhole ? 0 : p * sg.chunks;  // this unit's first chunk of o (or E)
   const int64_t seg_base = (z * H + h);  // this segment's slot in sg.ends and sg.maps
   // A segment whose start is known (segment 0, from the initial state, or a warm start: warm_start)
   // is walked to its end in kReduce, writing o from c_first on and its absolute end state; kReplay
@@ -982,18 +989,29 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
   // would cost more than walking on): a known segment's CTA walks on through every following segment
   // that does not start known, and those segments' CTAs return.
   const bool unstitched = PASS != Pass::kWhole && segments <= KDACTL_SMALL_BH_MAX_UNSTITCHED;
-  const int64_t warm = PASS == Pass::kWhole ? 0 : warm_start(sg, slot0, h, H, p);
+  int64_t warm = PASS == Pass::kWhole ? 0 : warm_start(sg, slot0, h, H, p);
   const bool known = warm >= 0;
   if (PASS == Pass::kReplay && (known || unstitched)) return;  // walked in kReduce
   int last = p;  // the last segment this CTA walks
+  int64_t c_end = PASS == Pass::kWhole ? nchunks : min(nchunks, (p + 1) * sg.chunks);
+  bool first_half = false, second_half = false;  // a known segment's, walked in two (Segments::halves)
   if (PASS == Pass::kReduce && unstitched) {
-    if (homogeneous || !known) return;
+    if (m_slot || !known) return;
     while (last + 1 < segments && warm_start(sg, slot0, h, H, last + 1) < 0) ++last;
+    c_end = min(nchunks, (last + 1) * sg.chunks);
   } else if (PASS == Pass::kReduce) {
-    const bool next_reads = p < segments - 1 && warm_start(sg, slot0, h, H, p + 1) < 0;
-    if (homogeneous ? known || !next_reads : !known && !next_reads) return;
+    const int64_t mid = c_first + (c_end - c_first + 1) / 2;
+    const bool halvable = known && sg.halves && c_end - c_first >= kMinHalvedChunks;
+    const int64_t warm_mid = halvable ? warm_start_at(sg, slot0, h, H, mid) : -1;
+    if (warm_mid >= 0) {  // the E slot walks to the middle, the M slot from there as a known segment
+      if (m_slot) c_first = mid, warm = warm_mid, second_half = true;
+      else c_end = mid, first_half = true;
+    } else {
+      const bool next_reads = p < segments - 1 && warm_start(sg, slot0, h, H, p + 1) < 0;
+      if (m_slot ? known || !next_reads : !known && !next_reads) return;
+    }
   }
-  const int64_t c_end = PASS == Pass::kWhole ? nchunks : min(nchunks, (last + 1) * sg.chunks);
+  const bool homogeneous = m_slot && !second_half;  // an M slot that maps M
   const int64_t c_begin = warm >= 0 ? warm : c_first;  // the first chunk walked
 
   float s[K / 8][4];  // S^T rows vw+g, vw+g+8 (of this slice) x keys 8j+2t, 8j+2t+1
@@ -1127,6 +1145,7 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
     }
     return;
   }
+  if (first_half) return;  // the M slot walks on from the middle and writes the segment's end
   float* sf = a.final_state && slot >= 0 ? a.final_state + state_base : nullptr;
   bool sf_v_first = a.state_v_first;
   if (PASS != Pass::kWhole && last != segments - 1) {  // E_p, for the stitch (kReduce); nothing after a replay

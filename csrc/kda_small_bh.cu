@@ -11,6 +11,8 @@
 //   3. stitch: per (sequence, head, 8 value columns), the start states S_{p+1} = M_p S_p + E_p in fp32,
 //      a short sequential pass over the segments (a known segment's E is its end state already);
 //   4. kReplay: each stitched segment from its start state, writing o and the final state.
+// Where kReduce's grid (E and M slots) fits one wave, a known segment whose middle starts warm too is
+// walked in two halves at once by its E and M slots (Segments::halves), since it needs no M.
 // Where every segment starts known (strongly decaying gates), kReduce alone runs the recurrence: one
 // pass over T / segments chunks and the few each warm start walks first. A sequence of at most
 // KDACTL_SMALL_BH_MAX_UNSTITCHED segments is never stitched (two reduction walks, a stitch and a replay
@@ -269,8 +271,8 @@ int launch_stitch(const kdactl_kda_args& a, const Segments& sg, int optin, cudaS
 // The recurrence shape the plan (kdactl.kda.routes.small_bh_plan) counts on: KDACTL_SMALL_BH_CTAS_PER_SM
 // of these CTAs share an SM (at K = 128, 71 KB of shared memory each plus the 1 KB the hardware
 // reserves per CTA, in the 228 KB of an sm_90 / sm_100 SM; a third would fit there, but not in the
-// register file: the K = 128 reduction takes 176 registers a thread on sm_90a, past the 170 of three
-// 128-thread CTAs). 4 warps a CTA, each loading the K-side factors for 64 values: with the plan cut for
+// register file: the K = 128 reduction takes 182 registers a thread on sm_90a, past the 170 of three
+// 128-thread CTAs; capped at 168 it spilled and ran slower on an H100, docs/routes/small_bh.md). 4 warps a CTA, each loading the K-side factors for 64 values: with the plan cut for
 // 2-warp CTAs, 4 warps already took B1 T65536 H8 1.294 ms against 1.414 and B1 T1048576 H1 2.887 against 3.063 (docs/routes/small_bh.md).
 constexpr RecurShape kPlanned = {4, 4};
 constexpr size_t kPlannedCtaBytes = recur_smem<128, kPlanned.warps, kPlanned.stages>() + 1024;
@@ -303,7 +305,10 @@ int launch(const kdactl_kda_args& a, int sms, int optin, cudaStream_t stream) {
     whole.all_warm = sg.all_warm;
     return launch_walks(a, whole, sms, optin, stream);
   }
-  if (int rc = launch_recur<K, V, W, S, Pass::kReduce>(a, sg, 2 * units, optin, stream)) return rc;
+  Segments reduce = sg;  // a known segment's M slot walks its second half where the grid is one wave
+  const int64_t reduce_ctas = static_cast<int64_t>(V / (16 * W)) * a.heads * 2 * units;
+  reduce.halves = reduce_ctas <= static_cast<int64_t>(sms) * KDACTL_SMALL_BH_CTAS_PER_SM;  // small_bh_halves
+  if (int rc = launch_recur<K, V, W, S, Pass::kReduce>(a, reduce, 2 * units, optin, stream)) return rc;
   if (int rc = launch_stitch<K, V>(a, sg, optin, stream)) return rc;
   return launch_recur<K, V, W, S, Pass::kReplay>(a, sg, units, optin, stream);
 }

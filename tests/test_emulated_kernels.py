@@ -358,7 +358,14 @@ FAULTS = {
         "if (lv < 4 && lv != 1) mma_tf32(acc_a[lv < 4 ? lv : 0], ak, b0, b1);",
         "steep",
     ),
+    # the second half of a halved segment emits from one chunk past the middle: that chunk's o is lost
+    "halves apart": (
+        "if (m_slot) c_first = mid, warm = warm_mid, second_half = true;",
+        "if (m_slot) c_first = mid + 1, warm = warm_mid, second_half = true;",
+        "halves",
+    ),
 }
+HALVES_SMS = 32  # B1 T4000 H1: 11 segments of 23 chunks (the sqrt cap), 44 reduction CTAs in 64 slots
 
 
 @pytest.mark.parametrize("fault", FAULTS)
@@ -372,8 +379,12 @@ def test_a_planted_fault_fails(fault, includes, tmp_path):
     text = path.read_text()
     assert text.count(before) == 1, f"the fault's site moved: {before!r}"
     path.write_text(text.replace(before, after))
-    faulty = EmulatedKernels(build(csrc, includes, tmp_path / "lib"), FEW_SMS, schedule=REVERSE)
-    if check == "steep":
+    sms = HALVES_SMS if check == "halves" else FEW_SMS
+    faulty = EmulatedKernels(build(csrc, includes, tmp_path / "lib"), sms, schedule=REVERSE)
+    if check == "halves":
+        x, s0, _ = random_inputs(1, 4000, 1, with_state=True, g_range=(-8.0, 0.0))
+        err = errors(lambda *_: faulty, "small_bh", x, initial_state=s0)
+    elif check == "steep":
         x, A_log, dt_bias = raw_inputs(1000, 2, "test")
         err = errors(lambda *_: faulty, "chunk", x, fused=SOFTPLUS, A_log=A_log, dt_bias=dt_bias)
     elif check == "carried":
@@ -383,6 +394,39 @@ def test_a_planted_fault_fails(fault, includes, tmp_path):
         x, s0, _ = random_inputs(1, 200, 2, with_state=True, g_range=(-0.02, 0.0))
         err = errors(lambda *_: faulty, "chunk", x, initial_state=s0)
     assert max(err) > ERROR_LIMIT
+
+
+
+@pytest.mark.parametrize("gates", ["warm", "warm-then-cold"])
+def test_small_bh_walks_a_known_segment_in_two_halves_where_its_middle_starts_warm(kernels, gates):
+    """Where small_bh's reduction grid (an M slot beside every segment) fits one wave, a known segment
+    whose middle chunk starts warm is walked by its E slot to the middle and by its M slot from there
+    (Segments::halves); segments stitched later in the sequence keep their M slots. Both against fp64,
+    with an initial state, and the halves counted by kdactl.kda.segments from the call's bounds."""
+    from kdactl.kda.routes import small_bh_halves
+    from kdactl.kda.segments import bounds_offset, read_log2_bounds, segment_starts
+
+    T = 4000
+    p = KdaProblem(1, T, 1, 128, 128, 1, False, 0, 0)
+    emu = kernels(HALVES_SMS)
+    plan = small_bh_plan(p, emu.device)
+    assert plan.segments == 11 > SMALL_BH_MAX_UNSTITCHED and small_bh_halves(p, emu.device)
+    x, s0, _ = random_inputs(1, T, 1, with_state=True, g_range=(-8.0, 0.0))
+    if gates == "warm-then-cold":
+        x["g"][:, 2000:] *= 1e-3  # segments 6.. start cold: stitched
+    assert max(errors(lambda *_: emu, "small_bh", x, initial_state=s0)) < ERROR_LIMIT
+    bounds = read_log2_bounds(emu.workspace, p, bounds_offset(p, emu.device, emu.workspace_bytes))
+    starts = segment_starts(bounds, [T], plan.segment_chunks, halves=True)
+    if gates == "warm":
+        assert (starts.warm, starts.stitched, starts.halved) == (10, 0, 11), starts
+    else:  # segments 0-4 end before token 2000 (chunk 125): known and halved; from segment 6 on stitched
+        assert starts.stitched >= 4 and 5 <= starts.halved <= 6, starts
+
+
+def test_small_bh_halves_do_not_depend_on_the_order_of_threads(kernels):
+    x, s0, _ = random_inputs(1, 4000, 1, with_state=True, g_range=(-8.0, 0.0))
+    runs = [kernels(HALVES_SMS, schedule).run("small_bh", **x, initial_state=s0.clone()) for schedule in (FORWARD, REVERSE)]
+    assert all(torch.equal(a, b) for a, b in zip(runs[0], runs[1]))
 
 
 @pytest.mark.parametrize("draw,warm", [("flashkda", True), ("init", False)])

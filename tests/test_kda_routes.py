@@ -266,3 +266,26 @@ def test_small_bh_cuts_a_varlen_batch_by_its_tokens_where_chunk_leaves_slots_fre
     assert d.rejected["small_bh"] == "slower than chunk at 6 sequences x 48 lanes fill the 264 recurrence slots already"
     assert select_route(problem(T=serving.seqlen, H=16, varlen=True, N=6), H200) == "small_bh"  # 6 x 32 CTAs
     assert select_route(mixed, H200, "small_bh") == "small_bh"
+
+
+@pytest.mark.parametrize(
+    "shape,varlen,halves",
+    [
+        ((1, 131072, 1), None, True),  # 64 segments (the sqrt cap) x 2 lanes x 2 slots = 256 of 264
+        ((1, 65536, 8), None, False),  # 16 x 16 x 2 = 512: two waves already
+        ((1, 262144, 1), None, False),  # 90 segments x 2 x 2 = 360
+        ((1, 131072, 2), None, False),  # 64 x 4 x 2
+        ((1, 32768, 1), None, True),  # 32 x 2 x 2
+        ((1, 0, 1), (131072 - 64, 64), False),  # varlen: (ceil(8194 slots / 128) + 2 = 67 units) x 2 x 2 = 268
+        ((1, 0, 1), (65536 - 64, 64), True),  # 45 segments of 92 chunks: (ceil(4098 / 92) + 2 = 47) x 2 x 2
+    ],
+)  # fmt: skip
+def test_small_bh_halves_where_the_reductions_grid_fits_one_wave(shape, varlen, halves):
+    from kdactl.kda.routes import small_bh_halves
+
+    B, T, H = shape
+    if varlen:
+        p = KdaProblem(1, sum(varlen), H, 128, 128, len(varlen), True, 0, 0)
+    else:
+        p = KdaProblem(B, T, H, 128, 128, B, False, 0, 0)
+    assert small_bh_halves(p, H200) == halves

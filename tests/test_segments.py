@@ -6,13 +6,14 @@ import re
 import pytest
 
 from kdactl.assets import csrc_dir
-from kdactl.kda.segments import DROP_LOG2, WARM_CHUNKS, SegmentStarts, segment_starts, warm_start
+from kdactl.kda.segments import DROP_LOG2, MIN_HALVED_CHUNKS, WARM_CHUNKS, SegmentStarts, segment_starts, warm_start
 
 
 def test_constants_are_the_headers():
     text = (csrc_dir() / "kda_chunk.cuh").read_text()
     assert float(re.search(r"constexpr float kDropLog2 = (-?[0-9.]+)f;", text).group(1)) == DROP_LOG2
     assert int(re.search(r"constexpr int kWarmChunks = ([0-9]+);", text).group(1)) == WARM_CHUNKS
+    assert int(re.search(r"constexpr int kMinHalvedChunks = ([0-9]+);", text).group(1)) == MIN_HALVED_CHUNKS
 
 
 @pytest.mark.parametrize(
@@ -51,6 +52,22 @@ def test_segment_starts_counts_every_sequence_head_and_later_segment():
     # sequence's start a segment starts exactly from there, however weak the decay
     starts = segment_starts(bounds, [480, 480], 4)
     assert starts == SegmentStarts(warm=2 * 7 + 2 * 2, stitched=2 * 5)  # head 1 from 12, 16, .. 28; 4 and 8 reach chunk 0
+
+
+def test_segment_starts_counts_the_known_segments_walked_in_halves():
+    # one sequence of 60 chunks, 2 heads, segments of 10 (6 a sequence: stitched where cold); head 0 forgets
+    # in a chunk everywhere, head 1 only in chunks 24 .. 26 (so that a walk back from 25, 27 reaches them)
+    bounds = [[-25.0, -25.0 if 24 <= c <= 26 else 0.0] for c in range(61)]
+    starts = segment_starts(bounds, [960], 10, halves=True)
+    # head 0: all 6 segments known, every middle (5, 15, .. 55) warm; head 1: segment 0 known (middle 5
+    # reaches chunk 0), segments 1, 2, 4, 5 start cold (stitched), segment 3 (from 30: 29 .. 27 sum 0, 26
+    # forgets) known and its middle 35 walks back 34 .. 27 without a forgetting chunk: whole
+    assert starts == SegmentStarts(warm=5 + 1, stitched=4, halved=6 + 1), starts
+    assert str(starts).endswith("4 stitched; 7 segments walked in two halves")
+    assert segment_starts(bounds, [960], 10) == SegmentStarts(warm=6, stitched=4)  # no halves: the grid's two waves
+    # a known segment shorter than MIN_HALVED_CHUNKS is walked whole: 61 chunks, head 0's seventh (chunk 60)
+    longer = segment_starts(bounds, [16 * 61], 10, halves=True)
+    assert (longer.warm, longer.halved) == (6 + 1, 6 + 1), longer
 
 
 def test_segment_starts_reads_a_varlen_batchs_slots():

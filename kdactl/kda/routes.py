@@ -103,6 +103,18 @@ def small_bh_plan(p: KdaProblem, dev: DeviceInfo) -> SegmentPlan:
     return SegmentPlan(-(-chunks // seg_chunks), seg_chunks, lanes)
 
 
+def small_bh_halves(p: KdaProblem, dev: DeviceInfo) -> bool:
+    """Whether small_bh's reduction, where it has an M slot beside every unit (sequences of more than
+    SMALL_BH_MAX_UNSTITCHED segments), fits its slots in one wave: then a known segment's idle M slot walks
+    the segment's second half (csrc Segments::halves, set by the launcher on the same count of units)."""
+    plan = small_bh_plan(p, dev)
+    if plan.segments < 2:
+        return False
+    rows = p.seqlen if p.varlen else p.batch * p.seqlen
+    units = -(-(rows // CHUNK + p.num_seqs) // plan.segment_chunks) + p.num_seqs if p.varlen else plan.segments
+    return 2 * units * plan.lanes <= small_bh_slots(dev)
+
+
 def route_detail(p: KdaProblem, dev: DeviceInfo, route: str) -> str:
     """How ``route`` cuts this problem, where it cuts it (small_bh's segments); "" for the others.
     Whether a segment then starts warm (the decay bound) or is stitched is decided on the device, and

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 import torch
 
 from kdactl.kda.problem import KdaProblem
-from kdactl.kda.routes import DeviceInfo, small_bh_plan
+from kdactl.kda.routes import DeviceInfo, small_bh_halves, small_bh_plan
 from kdactl.kernel_abi import CHUNK, ROUTE_IDS, SMALL_BH_MAX_UNSTITCHED
 
 DROP_LOG2 = -20.0  # csrc/kda_chunk.cuh kDropLog2: the dropped history at most 2^-20 of the state
 WARM_CHUNKS = 8  # kWarmChunks: the most chunks a segment walks back before it needs its stitched start
+MIN_HALVED_CHUNKS = 4  # kMinHalvedChunks: a shorter known segment is walked whole
 
 
 @dataclass(frozen=True)
@@ -27,11 +28,13 @@ class SegmentStarts:
     # not warm in a sequence small_bh does not stitch: fixed layouts then run route chunk's whole walks,
     # a varlen batch the walk of the segment before it on through it
     walked_on: int = 0
+    halved: int = 0  # known segments (segment 0s included) walked in two halves at once (small_bh_halves)
 
     def __str__(self) -> str:
         total = self.warm + self.stitched + self.walked_on
         text = f"{self.warm} of {total} segment starts warm (decay bound), {self.stitched} stitched"
-        return text + (f", {self.walked_on} walked without a stitch" if self.walked_on else "")
+        text += f", {self.walked_on} walked without a stitch" if self.walked_on else ""
+        return text + (f"; {self.halved} segments walked in two halves" if self.halved else "")
 
 
 def warm_start(log2_bound: Sequence[float], first: int) -> int | None:
@@ -52,28 +55,31 @@ def warm_start(log2_bound: Sequence[float], first: int) -> int | None:
 
 
 def segment_starts(
-    log2_bounds: Sequence[Sequence[float]], lengths: Sequence[int], segment_chunks: int
+    log2_bounds: Sequence[Sequence[float]], lengths: Sequence[int], segment_chunks: int, halves: bool = False
 ) -> SegmentStarts:
     """Warm, stitched and walked-on starts over every sequence (``lengths``, in tokens, in order), head and
     segment after the first, from the bounds [chunk slot][head]: sequence n's chunk c in slot bos_n / CHUNK
     + n + c. A start that is not warm is stitched where its sequence has more than SMALL_BH_MAX_UNSTITCHED
-    segments, else walked on."""
-    warm = stitched = walked_on = bos = 0
+    segments, else walked on. With ``halves`` (the call's small_bh_halves), a known segment of a stitched
+    sequence whose middle chunk starts warm too is counted as walked in two halves."""
+    warm = stitched = walked_on = halved = bos = 0
     heads = len(log2_bounds[0]) if len(log2_bounds) else 0
     for n, length in enumerate(lengths):
         slot0, chunks = bos // CHUNK + n, -(-length // CHUNK)
         unstitched = -(-chunks // segment_chunks) <= SMALL_BH_MAX_UNSTITCHED
         for h in range(heads):
             column = [log2_bounds[slot0 + c][h] for c in range(chunks)]
-            for first in range(segment_chunks, chunks, segment_chunks):
-                if warm_start(column, first) is not None:
-                    warm += 1
-                elif unstitched:
-                    walked_on += 1
-                else:
-                    stitched += 1
+            for first in range(0, chunks, segment_chunks):
+                known = warm_start(column, first) is not None
+                if first > 0:
+                    warm += known
+                    walked_on += not known and unstitched
+                    stitched += not known and not unstitched
+                end = min(chunks, first + segment_chunks)
+                if halves and known and not unstitched and end - first >= MIN_HALVED_CHUNKS:
+                    halved += warm_start(column, first + (end - first + 1) // 2) is not None
         bos += length
-    return SegmentStarts(warm, stitched, walked_on)
+    return SegmentStarts(warm, stitched, walked_on, halved)
 
 
 def bounds_offset(p: KdaProblem, dev: DeviceInfo, workspace_bytes=None) -> int:
@@ -101,4 +107,4 @@ def read_log2_bounds(workspace: torch.Tensor, p: KdaProblem, offset: int) -> lis
 def starts_of_call(workspace: torch.Tensor, p: KdaProblem, dev: DeviceInfo, lengths: Sequence[int]) -> SegmentStarts:
     """How the segments of the small_bh call that last used ``workspace`` started."""
     bounds = read_log2_bounds(workspace, p, bounds_offset(p, dev))
-    return segment_starts(bounds, lengths, small_bh_plan(p, dev).segment_chunks)
+    return segment_starts(bounds, lengths, small_bh_plan(p, dev).segment_chunks, small_bh_halves(p, dev))
