@@ -63,6 +63,30 @@ def test_small_bh_warm_and_stitched_segments_in_one_sequence(with_state):
     _check(x, s0, route="small_bh")
 
 
+@pytest.mark.parametrize("gates", ["warm", "warm-then-cold"])
+def test_small_bh_walks_known_segments_in_two_halves(gates):
+    """Where the reduction's grid (E and M slots) fits one wave, a known segment whose middle starts warm
+    is walked in two halves at once (Segments::halves): against fp64 with an initial state, and the
+    halved segments counted from the call's bounds (kdactl.kda.segments, as bench reports them)."""
+    from kdactl.kda.routes import small_bh_halves
+    from kdactl.kda.segments import starts_of_call
+
+    T, H = 8192, 1
+    p, dev = KdaProblem(1, T, H, 128, 128, 1, False, False, False), device_info(0)
+    assert _segments(1, T, H) > SMALL_BH_MAX_UNSTITCHED and small_bh_halves(p, dev)
+    x, s0 = make_inputs(1, T, H, device="cuda", state_n=1, g_range=(-8.0, 0.0), seed=41)
+    if gates == "warm-then-cold":
+        x["g"][:, 4096:] *= 1e-3
+    ws = KdaWorkspace("cuda")
+    _check(x, s0, route="small_bh", workspace=ws)
+    starts = starts_of_call(ws.buffer, p, dev, [T])
+    segments = _segments(1, T, H)
+    if gates == "warm":
+        assert starts.halved == segments and starts.stitched == 0, starts
+    else:
+        assert 0 < starts.halved < segments and starts.stitched > 0, starts
+
+
 def _unstitched_heads(D):
     """A head count whose B1 T8192 plan has 2 to SMALL_BH_MAX_UNSTITCHED segments on this GPU."""
     return next(H for H in (16, 24, 32, 48, 64, 96, 128) if 2 <= _segments(1, 8192, H, D) <= SMALL_BH_MAX_UNSTITCHED)
