@@ -114,6 +114,29 @@ def test_bench_says_how_small_bhs_checked_call_started(monkeypatch):
     assert seen == [("the buffer", [4096, 4096]), ("the buffer", [1000, 300, 3700])]
 
 
+def test_the_engines_call_reports_its_starts_through_the_same_call_into_a_workspace(monkeypatch):
+    """auto in a fused configuration runs the engine's chunk_kda, whose workspace is its own: after its
+    check, the same call through prefill fills the bench's workspace, whose bounds are then read."""
+    from kdactl.bench import candidates
+    from kdactl.bench.model import Check
+    from kdactl.kda import segments
+    from kdactl.kda.problem import KdaProblem
+    from kdactl.kda.routes import DeviceInfo
+
+    order = []
+    monkeypatch.setattr(segments, "starts_of_call", lambda *a: order.append("read") or SegmentStarts(3, 0))
+    ws = type("Ws", (), {"buffer": "the buffer"})()
+    p = KdaProblem(1, 4096, 4, 128, 128, 1, False, False, False)
+
+    def check():
+        order.append("check")
+        return Check(1e-4, 2e-4)
+
+    result = candidates._with_segment_starts(check, ws, p, DeviceInfo(132, (9, 0), "sm_90a"), {"cu_seqlens_cpu": None},
+                                             fill=lambda: order.append("fill"))()  # fmt: skip
+    assert order == ["check", "fill", "read"] and result.detail == str(SegmentStarts(3, 0))
+
+
 def test_a_bench_report_that_cannot_read_the_starts_leaves_the_check_as_it_was(monkeypatch):
     from kdactl.bench import candidates
     from kdactl.bench.model import Check

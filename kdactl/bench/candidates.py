@@ -159,10 +159,6 @@ def own_candidates(inputs, ref, routes: Sequence[str] | None, device) -> list[Ca
             kind, note = "auto", f"auto -> {decision.route}" + (f" ({detail})" if detail else "")
         else:
             kind, note = "route", detail
-        if name == "auto" and config.fused:
-            run = _engine_call(x, config)
-            out.append(Candidate(name, kind, run=run, check=checker(run, ref, config.state_v_first), note=note))
-            continue
         o = torch.empty_like(x["v"])
         state = torch.empty(problem.num_seqs, problem.heads, *problem.state_shape, dtype=torch.float32, device=device)
         ws = KdaWorkspace(device)
@@ -171,6 +167,14 @@ def own_candidates(inputs, ref, routes: Sequence[str] | None, device) -> list[Ca
             return prefill(x["q"], x["k"], x["v"], x["g"], x["beta"], cu_seqlens=x["cu_seqlens"], route=name,
                            cu_seqlens_cpu=x["cu_seqlens_cpu"], output_final_state=True, out=(o, state),
                            workspace=ws, **fused)  # fmt: skip
+
+        if name == "auto" and config.fused:
+            engine = _engine_call(x, config)
+            check = checker(engine, ref, config.state_v_first)
+            if route == "small_bh":
+                check = _with_segment_starts(check, ws, problem, dev, x, fill=run)
+            out.append(Candidate(name, kind, run=engine, check=check, note=note))
+            continue
 
         def poisoned_run(run=run, o=o, state=state):
             o.fill_(float("nan"))
@@ -184,9 +188,11 @@ def own_candidates(inputs, ref, routes: Sequence[str] | None, device) -> list[Ca
     return out
 
 
-def _with_segment_starts(check, ws, problem, dev, x):
+def _with_segment_starts(check, ws, problem, dev, x, fill=None):
     """small_bh's check, saying how the checked call's segments started (kdactl.kda.segments): from
-    the bounds it left in its workspace, read back before anything else runs on it."""
+    the bounds it left in its workspace, read back before anything else runs on it. ``fill``: for a
+    call that keeps its workspace to itself (the engine's chunk_kda), the same call through prefill
+    into ``ws``, run after the check (the bounds depend on the inputs only)."""
     from kdactl.kda.segments import starts_of_call
 
     cu = None if x["cu_seqlens_cpu"] is None else x["cu_seqlens_cpu"].tolist()
@@ -195,6 +201,8 @@ def _with_segment_starts(check, ws, problem, dev, x):
     def checked() -> Check:
         result = check()
         try:
+            if fill is not None:
+                fill()
             detail = str(starts_of_call(ws.buffer, problem, dev, lengths))
         except Exception as err:  # noqa: BLE001 - a report beside a correct call must not fail it
             detail = f"segment starts not read: {type(err).__name__}: {err}"
