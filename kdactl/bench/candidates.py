@@ -131,8 +131,9 @@ def own_candidates(inputs, ref, routes: Sequence[str] | None, device) -> list[Ca
     """``auto`` and the requested routes (all of ROUTES by default). Routes run through
     kdactl.kda.prefill with preallocated outputs (poisoned with NaN before the check, so an unwritten
     element fails it) and their own workspace. In a fused configuration ``auto`` is called as an
-    engine calls it: through kdactl.kda.chunk_kda, fla's signature, with fla's flags. A small_bh call
-    with a workspace here (forced, or auto outside the fused configurations) reports its segment starts."""
+    engine calls it: through kdactl.kda.chunk_kda, fla's signature, with fla's flags. Every small_bh
+    check reports its segment starts from its workspace (auto in a fused configuration, whose engine
+    call keeps its own, through the same call into one here)."""
     from kdactl.kda import ROUTES, KdaWorkspace, decide_route, eligibility, prefill, validate
     from kdactl.kda.device import device_info
     from kdactl.kda.routes import route_detail
@@ -159,22 +160,25 @@ def own_candidates(inputs, ref, routes: Sequence[str] | None, device) -> list[Ca
             kind, note = "auto", f"auto -> {decision.route}" + (f" ({detail})" if detail else "")
         else:
             kind, note = "route", detail
-        o = torch.empty_like(x["v"])
-        state = torch.empty(problem.num_seqs, problem.heads, *problem.state_shape, dtype=torch.float32, device=device)
         ws = KdaWorkspace(device)
 
-        def run(name=name, o=o, state=state, ws=ws):
+        def call(out=None, name=name, ws=ws):
             return prefill(x["q"], x["k"], x["v"], x["g"], x["beta"], cu_seqlens=x["cu_seqlens"], route=name,
-                           cu_seqlens_cpu=x["cu_seqlens_cpu"], output_final_state=True, out=(o, state),
-                           workspace=ws, **fused)  # fmt: skip
+                           cu_seqlens_cpu=x["cu_seqlens_cpu"], output_final_state=True, out=out, workspace=ws,
+                           **fused)  # fmt: skip
 
         if name == "auto" and config.fused:
             engine = _engine_call(x, config)
             check = checker(engine, ref, config.state_v_first)
             if route == "small_bh":
-                check = _with_segment_starts(check, ws, problem, dev, x, fill=run)
+                check = _with_segment_starts(check, ws, problem, dev, x, fill=call)
             out.append(Candidate(name, kind, run=engine, check=check, note=note))
             continue
+        o = torch.empty_like(x["v"])
+        state = torch.empty(problem.num_seqs, problem.heads, *problem.state_shape, dtype=torch.float32, device=device)
+
+        def run(call=call, o=o, state=state):
+            return call((o, state))
 
         def poisoned_run(run=run, o=o, state=state):
             o.fill_(float("nan"))

@@ -103,6 +103,12 @@ def small_bh_plan(p: KdaProblem, dev: DeviceInfo) -> SegmentPlan:
     return SegmentPlan(-(-chunks // seg_chunks), seg_chunks, lanes)
 
 
+def chunk_slots(p: KdaProblem) -> int:
+    """The workspace's chunk slots (csrc num_slots): sequence n's chunk c lives in slot bos_n / CHUNK + n + c."""
+    rows = p.seqlen if p.varlen else p.batch * p.seqlen
+    return rows // CHUNK + p.num_seqs
+
+
 def small_bh_halves(p: KdaProblem, dev: DeviceInfo) -> bool:
     """Whether small_bh's reduction, where it has an M slot beside every unit (sequences of more than
     SMALL_BH_MAX_UNSTITCHED segments), fits its slots in one wave: then a known segment's idle M slot walks
@@ -110,8 +116,7 @@ def small_bh_halves(p: KdaProblem, dev: DeviceInfo) -> bool:
     plan = small_bh_plan(p, dev)
     if plan.segments < 2:
         return False
-    rows = p.seqlen if p.varlen else p.batch * p.seqlen
-    units = -(-(rows // CHUNK + p.num_seqs) // plan.segment_chunks) + p.num_seqs if p.varlen else plan.segments
+    units = -(-chunk_slots(p) // plan.segment_chunks) + p.num_seqs if p.varlen else plan.segments  # csrc unit_count
     return 2 * units * plan.lanes <= small_bh_slots(dev)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from kdactl.kda.problem import KdaProblem
-from kdactl.kda.routes import DeviceInfo, small_bh_halves, small_bh_plan
+from kdactl.kda.routes import DeviceInfo, chunk_slots, small_bh_halves, small_bh_plan
 from kdactl.kernel_abi import CHUNK, ROUTE_IDS, SMALL_BH_MAX_UNSTITCHED
 
 DROP_LOG2 = -20.0  # csrc/kda_chunk.cuh kDropLog2: the dropped history at most 2^-20 of the state
@@ -98,8 +98,7 @@ def bounds_offset(p: KdaProblem, dev: DeviceInfo, workspace_bytes=None) -> int:
 
 def read_log2_bounds(workspace: torch.Tensor, p: KdaProblem, offset: int) -> list[list[float]]:
     """The bounds a small_bh call left in its workspace (uint8) from ``offset``, [slot][head] on the host."""
-    rows = p.seqlen if p.varlen else p.batch * p.seqlen
-    slots = rows // CHUNK + p.num_seqs
+    slots = chunk_slots(p)
     raw = workspace[offset : offset + 4 * slots * p.heads].view(torch.float32).reshape(slots, p.heads)
     return raw.cpu().tolist()
 
