@@ -254,12 +254,16 @@ __global__ void __launch_bounds__(K)
 #endif
 }
 
+// Two M^T buffers (132 KB at K = 128: one CTA an SM) only where the grid fits the SMs once; past that,
+// one buffer lets three CTAs share an SM and hide each other's loads in one wave, where two buffers took
+// two (B1 H12: 192 CTAs on 132 SMs), also where every segment starts warm and each CTA only returns.
 template <int K, int V>
-int launch_stitch(const kdactl_kda_args& a, const Segments& sg, int optin, cudaStream_t stream) {
+int launch_stitch(const kdactl_kda_args& a, const Segments& sg, int sms, int optin, cudaStream_t stream) {
   const dim3 grid(V / kStitchCols, a.heads, static_cast<unsigned>(a.batch));
   const size_t warm_bits = (sg.count + 31) / 32 * sizeof(unsigned);
   auto bytes = [&](int bufs) { return (static_cast<size_t>(bufs) * K * K + K * kStitchCols) * sizeof(float) + warm_bits; };
-  const bool two = bytes(2) <= static_cast<size_t>(optin);
+  const bool one_wave = static_cast<int64_t>(grid.x) * grid.y * grid.z <= sms;
+  const bool two = one_wave && bytes(2) <= static_cast<size_t>(optin);
   auto kernel = two ? kda_small_bh_stitch<K, V, 2> : kda_small_bh_stitch<K, V, 1>;
   const size_t smem = bytes(two ? 2 : 1);
   if (smem > static_cast<size_t>(optin)) return KDACTL_ERR_UNSUPPORTED;
@@ -309,7 +313,7 @@ int launch(const kdactl_kda_args& a, int sms, int optin, cudaStream_t stream) {
   const int64_t reduce_ctas = static_cast<int64_t>(V / (16 * W)) * a.heads * 2 * units;
   reduce.halves = reduce_ctas <= static_cast<int64_t>(sms) * KDACTL_SMALL_BH_CTAS_PER_SM;  // small_bh_halves
   if (int rc = launch_recur<K, V, W, S, Pass::kReduce>(a, reduce, 2 * units, optin, stream)) return rc;
-  if (int rc = launch_stitch<K, V>(a, sg, optin, stream)) return rc;
+  if (int rc = launch_stitch<K, V>(a, sg, sms, optin, stream)) return rc;
   return launch_recur<K, V, W, S, Pass::kReplay>(a, sg, units, optin, stream);
 }
 

@@ -102,10 +102,13 @@ def test_small_bh_runs_unstitched_segments_at_once_only_where_all_start_warm(ker
     assert int(emu.workspace[-4:].view(torch.int32)) == all_warm
 
 
-def test_small_bh_stitches_several_segments(kernels):
-    assert segments(1000, 2, FEW_SMS, K=64) > SMALL_BH_MAX_UNSTITCHED
+@pytest.mark.parametrize("sms", [FEW_SMS, FEW_SMS // 2])
+def test_small_bh_stitches_several_segments(kernels, sms):
+    """The stitch's 16 CTAs (8 value columns each, 2 heads) fit 16 SMs once: two M^T buffers; on 8 SMs
+    they would take two waves, and one buffer lets them share SMs instead."""
+    assert segments(1000, 2, sms, K=64) > SMALL_BH_MAX_UNSTITCHED
     x, s0, _ = random_inputs(1, 1000, 2, K=64, V=64, with_state=True, g_range=(-0.02, 0.0))
-    assert max(errors(kernels, "small_bh", x, sms=FEW_SMS, initial_state=s0)) < ERROR_LIMIT
+    assert max(errors(kernels, "small_bh", x, sms=sms, initial_state=s0)) < ERROR_LIMIT
 
 
 @pytest.mark.parametrize("route", ["chunk", "small_bh"])
