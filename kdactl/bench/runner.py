@@ -154,9 +154,7 @@ def run_bench(settings: Settings, options: BenchOptions, harness_factory: Callab
         if harness is not None:
             harness.release()
     rows = bl.gate(runs, old, str(info.get("timer"))) if options.gate and old is not None and not stopped else []
-    code, reasons = verdict(runs, rows, gating=options.gate)
-    if stopped:  # wrong results already found still count against the node; else nothing was judged
-        code, reasons = (code if code == EXIT_NOT_CERTIFIED else EXIT_INCONCLUSIVE), [*reasons, stopped]
+    code, reasons = _judged(runs, rows, options.gate, stopped)
     report = BenchReport(
         info, req.plan, options.warmup, runs, rows, code, reasons, path, host=options.host, stopped=stopped
     )
@@ -165,6 +163,15 @@ def run_bench(settings: Settings, options: BenchOptions, harness_factory: Callab
         _record(report, path, old, info, options.tolerance)
     _write_files(report, options)
     return report
+
+
+def _judged(runs: list[ShapeRun], rows: list[bl.GateRow], gating: bool, stopped: str | None) -> tuple[int, list[str]]:
+    """The verdict on what ran. A run stopped short judged nothing more than it found: wrong results
+    already found still count against the node (1), anything else is inconclusive (3)."""
+    code, reasons = verdict(runs, rows, gating=gating)
+    if stopped:
+        code, reasons = (code if code == EXIT_NOT_CERTIFIED else EXIT_INCONCLUSIVE), [*reasons, stopped]
+    return code, reasons
 
 
 def _run_shapes(harness: Harness, req: Request, runs: list[ShapeRun], prog: Progress | NullProgress) -> str | None:
@@ -201,9 +208,7 @@ def _baseline_for(o: BenchOptions, info: dict[str, Any]) -> tuple[Path | None, b
 def _record(report: BenchReport, path: Path, old, info, tolerance) -> None:
     """Only a clean, whole run becomes a baseline: any own failure or error, or an interrupted run,
     leaves the file untouched."""
-    code, reasons = verdict(report.runs, [], gating=False)
-    if report.stopped:
-        code, reasons = EXIT_INCONCLUSIVE, [*reasons, report.stopped]
+    code, reasons = _judged(report.runs, [], False, report.stopped)
     if code != 0:
         report.notes.append(f"baseline NOT written to {path}: the run did not pass ({'; '.join(reasons)})")
         return
