@@ -399,7 +399,6 @@ def test_a_planted_fault_fails(fault, includes, tmp_path):
     assert max(err) > ERROR_LIMIT
 
 
-
 @pytest.mark.parametrize("gates", ["warm", "warm-then-cold"])
 def test_small_bh_walks_a_known_segment_in_two_halves_where_its_middle_starts_warm(kernels, gates):
     """Where small_bh's reduction grid (an M slot beside every segment) fits one wave, a known segment
