@@ -692,7 +692,8 @@ struct Segments {
   unsigned* all_warm = nullptr;
   // kReduce with M slots whose grid fits one wave (set by the launcher): a known segment whose middle
   // chunk starts warm too is walked in two halves at once, by its E slot (to the middle) and its M slot
-  // (from the middle), which such a segment leaves idle otherwise.
+  // (from the middle), which such a segment leaves idle otherwise. A kReduce instance of its own
+  // (recur's HALVES): the check cost the plain kReduce 4-7 % where it was a runtime branch (H100).
   bool halves = false;
   bool longest_first = false;  // Pass::kWhole: run the sequences longest first (longest_first below)
 };
@@ -951,8 +952,9 @@ constexpr size_t recur_smem() {
 
 // One CTA's walk: value slice vx, head h, unit bz (a sequence, or a segment slot).
 // F16: q, k, v and o are fp16 (a.qkv_fp16), an instance of its own, so that the bf16 instance's loop
-// is one straight block, free of fp16's operand choices on the chain through S.
-template <int K, int V, int WARPS, int STAGES, Pass PASS, bool F16>
+// is one straight block, free of fp16's operand choices on the chain through S. HALVES: kReduce under
+// Segments::halves.
+template <int K, int V, int WARPS, int STAGES, Pass PASS, bool F16, bool HALVES>
 __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned char* ws, const Segments& sg,
                                       unsigned char* smem_raw, int vx, int h, int64_t bz) {
   constexpr int VS = 16 * WARPS;
@@ -1001,7 +1003,7 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
     c_end = min(nchunks, (last + 1) * sg.chunks);
   } else if (PASS == Pass::kReduce) {
     const int64_t mid = c_first + (c_end - c_first + 1) / 2;
-    const bool halvable = known && sg.halves && c_end - c_first >= kMinHalvedChunks;
+    const bool halvable = HALVES && known && c_end - c_first >= kMinHalvedChunks;
     const int64_t warm_mid = halvable ? warm_start_at(sg, slot0, h, H, mid) : -1;
     if (warm_mid >= 0) {  // the E slot walks to the middle, the M slot from there as a known segment
       if (m_slot) c_first = mid, warm = warm_mid, second_half = true;
@@ -1164,14 +1166,15 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
   }
 }
 
-template <int K, int V, int WARPS, int STAGES, Pass PASS, bool F16>
+template <int K, int V, int WARPS, int STAGES, Pass PASS, bool F16, bool HALVES>
 __global__ void __launch_bounds__(WARPS * 32)
     kda_chunk_recur(const kdactl_kda_args a, const unsigned char* ws, const Segments sg) {
+  static_assert(!HALVES || PASS == Pass::kReduce, "halves are kReduce's");
 #ifdef KDACTL_ARCH_MISMATCH
   __trap();
 #else
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  recur<K, V, WARPS, STAGES, PASS, F16>(a, ws, sg, smem_raw, blockIdx.x, blockIdx.y, blockIdx.z);
+  recur<K, V, WARPS, STAGES, PASS, F16, HALVES>(a, ws, sg, smem_raw, blockIdx.x, blockIdx.y, blockIdx.z);
 #endif
 }
 

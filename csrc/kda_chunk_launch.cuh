@@ -50,7 +50,14 @@ template <int K, int V, int WARPS, int STAGES, Pass PASS>
 int launch_recur(const kdactl_kda_args& a, const Segments& sg, int64_t units, int smem_optin, cudaStream_t stream) {
   static_assert(V % (16 * WARPS) == 0, "16 value columns a warp");
   if (units > KDACTL_MAX_GRID_DIM) return KDACTL_ERR_UNSUPPORTED;
-  auto kernel = a.qkv_fp16 ? kda_chunk_recur<K, V, WARPS, STAGES, PASS, true> : kda_chunk_recur<K, V, WARPS, STAGES, PASS, false>;
+  auto kernel = a.qkv_fp16 ? kda_chunk_recur<K, V, WARPS, STAGES, PASS, true, false>
+                           : kda_chunk_recur<K, V, WARPS, STAGES, PASS, false, false>;
+  if constexpr (PASS == Pass::kReduce) {
+    if (sg.halves) {
+      kernel = a.qkv_fp16 ? kda_chunk_recur<K, V, WARPS, STAGES, PASS, true, true>
+                          : kda_chunk_recur<K, V, WARPS, STAGES, PASS, false, true>;
+    }
+  }
   const size_t smem = recur_smem<K, WARPS, STAGES>();
   if (smem > static_cast<size_t>(smem_optin)) return KDACTL_ERR_UNSUPPORTED;
   if (int rc = set_smem(kernel, smem)) return rc;
