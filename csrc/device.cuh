@@ -104,8 +104,9 @@ __device__ __forceinline__ void put_checkpoint(const kdactl_kda_args& a, int64_t
 
 // The row of q and k that value head h of token `token` reads: GVA shares one q/k head among
 // heads / qk_heads consecutive value heads, as fla does.
+__device__ __forceinline__ int qk_heads(const kdactl_kda_args& a) { return a.qk_heads > 0 ? a.qk_heads : a.heads; }
 __device__ __forceinline__ int64_t qk_row(const kdactl_kda_args& a, int64_t token, int h) {
-  const int hq = a.qk_heads > 0 ? a.qk_heads : a.heads;
+  const int hq = qk_heads(a);
   return token * hq + h / (a.heads / hq);
 }
 

@@ -375,23 +375,40 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int H = a.heads;
 
-  // Stage q, k, g (rows past the sequence's end are zero: they add nothing anywhere).
+  // Stage q, k, g (rows past the sequence's end are zero: they add nothing anywhere). Lane l copies the
+  // same 16-byte piece of every (32 / pieces)-th row, from sources one row stride apart: the offsets,
+  // and GVA's division for the q/k head, are worked out once (per piece they were about a third of the
+  // prepare's instructions before its first product).
   const In* q = static_cast<const In*>(a.q);
   const In* k = static_cast<const In*>(a.k);
-  auto src_row = [&](int r) { return (row0 + (r < ntok ? r : 0)) * H + h; };
-  auto qk_src = [&](int r) { return qk_row(a, row0 + (r < ntok ? r : 0), h); };
+  auto clamp_row = [&](int r) { return static_cast<int64_t>(r < ntok ? r : 0); };
   auto raw_g = [&](int r) { return reinterpret_cast<GT*>(&sm.G[r][Sm::kRawAt]); };  // 16-bit g's row r
-  for (int i = lane; i < C * (K / 8); i += 32) {
-    const int r = i / (K / 8), j = i % (K / 8), bytes = r < ntok ? 16 : 0;
-    cp_async16_zfill(&sm.q[r][j * 8], q + qk_src(r) * K + j * 8, bytes);
-    cp_async16_zfill(&sm.k[r][j * 8], k + qk_src(r) * K + j * 8, bytes);
-    if constexpr (kG16)
-      cp_async16_zfill(raw_g(r) + j * 8, static_cast<const GT*>(a.g) + src_row(r) * K + j * 8, bytes);
+  const int64_t g_stride = static_cast<int64_t>(H) * K;
+  {
+    constexpr int kPieces = K / 8, kRows = 32 / kPieces;  // 16-byte pieces of a 16-bit row; rows a pass
+    static_assert(32 % kPieces == 0 && C % kRows == 0, "whole rows a pass");
+    const int j = lane % kPieces;
+    const int64_t qk_stride = static_cast<int64_t>(qk_heads(a)) * K;
+    const In* q_src = q + qk_row(a, row0, h) * K + j * 8;
+    const In* k_src = k + qk_row(a, row0, h) * K + j * 8;
+    const GT* g_src = static_cast<const GT*>(a.g) + (row0 * H + h) * K + j * 8;
+#pragma unroll
+    for (int pass = 0; pass < C / kRows; ++pass) {
+      const int r = lane / kPieces + pass * kRows, bytes = r < ntok ? 16 : 0;
+      cp_async16_zfill(&sm.q[r][j * 8], q_src + clamp_row(r) * qk_stride, bytes);
+      cp_async16_zfill(&sm.k[r][j * 8], k_src + clamp_row(r) * qk_stride, bytes);
+      if constexpr (kG16) cp_async16_zfill(raw_g(r) + j * 8, g_src + clamp_row(r) * g_stride, bytes);
+    }
   }
   if constexpr (!kG16) {
-    for (int i = lane; i < C * (K / 4); i += 32) {
-      const int r = i / (K / 4), j = i % (K / 4);
-      cp_async16_zfill(&sm.G[r][j * 4], static_cast<const float*>(a.g) + src_row(r) * K + j * 4, r < ntok ? 16 : 0);
+    constexpr int kPieces = K / 4, kRows = 32 / kPieces;  // of an fp32 row
+    static_assert(32 % kPieces == 0 && C % kRows == 0, "whole rows a pass");
+    const int j = lane % kPieces;
+    const float* g_src = static_cast<const float*>(a.g) + (row0 * H + h) * K + j * 4;
+#pragma unroll
+    for (int pass = 0; pass < C / kRows; ++pass) {
+      const int r = lane / kPieces + pass * kRows;
+      cp_async16_zfill(&sm.G[r][j * 4], g_src + clamp_row(r) * g_stride, r < ntok ? 16 : 0);
     }
   }
   cp_async_commit();
