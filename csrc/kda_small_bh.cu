@@ -272,13 +272,13 @@ int launch_stitch(const kdactl_kda_args& a, const Segments& sg, int sms, int opt
   return kdactl_launch_status();
 }
 
-// The recurrence shape the plan (kdactl.kda.routes.small_bh_plan) counts on: KDACTL_SMALL_BH_CTAS_PER_SM
-// of these CTAs share an SM (at K = 128, 71 KB of shared memory each plus the 1 KB the hardware
-// reserves per CTA, in the 228 KB of an sm_90 / sm_100 SM; a third would fit there, but not in the
-// register file: the K = 128 reduction takes 182 registers a thread on sm_90a, past the 170 of three
-// 128-thread CTAs; capped at 168 it spilled and ran slower on an H100, docs/routes/small_bh.md). 4 warps
-// a CTA, each loading the K-side factors for 64 values: with the plan cut for 2-warp CTAs, 4 warps already
-// took B1 T65536 H8 1.294 ms against 1.414 and B1 T1048576 H1 2.887 against 3.063 (docs/routes/small_bh.md).
+// The recurrence shape the plan (kdactl.kda.routes.small_bh_plan) counts on: KDACTL_SMALL_BH_CTAS_PER_SM of these CTAs
+// share an SM (at K = 128, 71 KB of shared memory each plus the 1 KB the hardware reserves per CTA, in the 228 KB of an
+// sm_90 / sm_100 SM; a third would fit there, but not in the register file: the K = 128 reduction takes 176 registers a
+// thread on sm_90a (182 under halves), past the 170 of three 128-thread CTAs; capped at 168 it spilled and ran slower
+// on an H100, docs/routes/small_bh.md). 4 warps a CTA, each loading the K-side factors for 64 values: with the plan cut
+// for 2-warp CTAs, 4 warps already took B1 T65536 H8 1.294 ms against 1.414 and B1 T1048576 H1 2.887 against 3.063
+// (docs/routes/small_bh.md).
 constexpr RecurShape kPlanned = {4, 4};
 constexpr size_t kPlannedCtaBytes = recur_smem<128, kPlanned.warps, kPlanned.stages>() + 1024;
 static_assert(KDACTL_SMALL_BH_CTAS_PER_SM * kPlannedCtaBytes <= 228 * 1024,
