@@ -662,7 +662,10 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
   __trap();
 #else
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const int64_t slot = blockIdx.x;
+  // Heads fastest: the CTAs resident at once read whole token rows of q, k and g (every head's piece)
+  // and write consecutive blocks.
+  const int64_t slot = blockIdx.x / a.heads;
+  const int h = static_cast<int>(blockIdx.x % a.heads);
   // The sequence whose slots hold this one: the last n with bos_n / C + n <= slot.
   int64_t lo = 0, hi = a.batch - 1, bos, eos;
   while (lo < hi) {
@@ -674,7 +677,7 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
   const int64_t row0 = bos + (slot - (bos / C + lo)) * C;
   if (row0 >= eos) return;  // a slot past this sequence's last chunk
   const int ntok = static_cast<int>(eos - row0 < C ? eos - row0 : C);
-  prepare_chunk<K, GT, In, BOUND>(a, ws, slot, blockIdx.y, row0, ntok, *reinterpret_cast<PrepSmem<K, GT, In>*>(smem_raw));
+  prepare_chunk<K, GT, In, BOUND>(a, ws, slot, h, row0, ntok, *reinterpret_cast<PrepSmem<K, GT, In>*>(smem_raw));
 #endif
 }
 

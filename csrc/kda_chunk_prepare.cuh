@@ -8,8 +8,8 @@ namespace chunk {
 
 template <int K, typename In>
 int launch_prepare_as(const kdactl_kda_args& a, cudaStream_t stream) {
-  const int64_t slots = num_slots(a);
-  if (slots > 0x7fffffff) return KDACTL_ERR_UNSUPPORTED;
+  const int64_t ctas = num_slots(a) * a.heads;
+  if (ctas > 0x7fffffff) return KDACTL_ERR_UNSUPPORTED;
   int rc = 0;
   with_g_type(a, [&](auto g_type) {
     using GT = decltype(g_type);
@@ -17,7 +17,7 @@ int launch_prepare_as(const kdactl_kda_args& a, cudaStream_t stream) {
     const size_t smem = sizeof(PrepSmem<K, GT, In>);
     rc = set_smem(prepare, smem);
     if (rc == 0) {
-      prepare<<<dim3(static_cast<unsigned>(slots), a.heads), 32, smem, stream>>>(a, static_cast<unsigned char*>(a.workspace));
+      prepare<<<static_cast<unsigned>(ctas), 32, smem, stream>>>(a, static_cast<unsigned char*>(a.workspace));
       rc = kdactl_launch_status();
     }
   });
