@@ -11,6 +11,7 @@ wrong operand layout and a missing __syncwarp each fail them."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 
 import pytest
@@ -260,6 +261,26 @@ def test_shifted_reference_at_its_limit(kernels, decay):
     assert max(errors(kernels, "chunk", x, initial_state=s0)) < ERROR_LIMIT
 
 
+def steep_tail_inputs(bound=False):
+    """(x, kwargs for errors) of chunks whose first 8 tokens keep everything (softplus and sigmoid of -30
+    are ~1e-13) and whose last 8 forget 100 nats (softplus(12.5) = 12.5 a token; or lb = -12.5 with
+    sigmoid(30) = 1), where the fast path's e^-G' would overflow fp32."""
+    T, H = 256, 2
+    x, s0, _ = random_inputs(1, T, H, with_state=True)
+    last_half = (torch.arange(T) % 16 >= 8)[None, :, None, None]
+    x["g"] = torch.where(last_half, 30.0 if bound else 12.5, -30.0).expand(1, T, H, 128).contiguous()
+    fused = dataclasses.replace(LOWER_BOUND, lower_bound=-12.5) if bound else SOFTPLUS
+    return x, dict(fused=fused, A_log=torch.zeros(H), dt_bias=torch.zeros(H * 128), initial_state=s0)  # A = 1
+
+
+@pytest.mark.parametrize("bound", [False, True], ids=["softplus", "bound"])
+def test_fla_gates_steep_over_the_last_half_of_a_chunk(kernels, bound):
+    """fla's gates only decay, so the prepare checks their chunks' G against kShiftLimit at the reference
+    row and the last row alone: a chunk that decays steeply after its reference row takes the steep path."""
+    x, kwargs = steep_tail_inputs(bound)
+    assert max(errors(kernels, "chunk", x, **kwargs)) < ERROR_LIMIT
+
+
 @pytest.mark.parametrize("norm_log2", [39.9, 44.0])
 def test_l2norm_folded_up_to_its_limit(kernels, norm_log2):
     """q and k rows of norm 2^39.9, whose l2norm the prepare folds into its products (operands up to
@@ -361,6 +382,8 @@ FAULTS = {
         "if (lv < 4 && lv != 1) mma_tf32(acc_a[lv < 4 ? lv : 0], ak, b0, b1);",
         "steep",
     ),
+    # fla's gates checked against kShiftLimit at the reference row only, not at the chunk's last row
+    "last row unchecked": ("if (!kFalls || r == C - 1)", "if (!kFalls)", "steep tail"),
     # the second half of a halved segment emits from one chunk past the middle: that chunk's o is lost
     "halves apart": (
         "if (m_slot) c_first = mid, warm = warm_mid, second_half = true;",
@@ -390,6 +413,9 @@ def test_a_planted_fault_fails(fault, includes, tmp_path):
     elif check == "steep":
         x, A_log, dt_bias = raw_inputs(1000, 2, "test")
         err = errors(lambda *_: faulty, "chunk", x, fused=SOFTPLUS, A_log=A_log, dt_bias=dt_bias)
+    elif check == "steep tail":
+        x, kwargs = steep_tail_inputs()
+        err = errors(lambda *_: faulty, "chunk", x, **kwargs)
     elif check == "carried":
         s0 = torch.randn(1, 2, 128, 128, generator=torch.Generator().manual_seed(4))
         err = errors(lambda *_: faulty, "small_bh", carried_history_inputs(1000, H=2), initial_state=s0)
