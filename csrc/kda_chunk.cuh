@@ -59,9 +59,9 @@ __host__ __device__ constexpr int tile_at(int r, int col) { return ((col / 8) * 
 // Route small_bh lets a segment start from a zero state a few chunks before its own first chunk when
 // the chunks in between provably forget what came before them. A chunk maps its start state to
 // S_C = T S_0 + (terms of its own tokens) with T = Diag(eG) - Kr^T W, a diagonal and C rank-1 terms, so
-// ||T||_2 <= max eG + sum_t ||Kr_t|| ||W_t||. The prepare pass stores log2 of that bound, from the bf16
-// W the recurrence applies and Kr before its rounding, raised by 2^-6 for the roundings of Kr and of
-// the state the recurrence multiplies W by (at most 2^-9 each). The norm of a product of chunk maps is
+// ||T||_2 <= max eG + sum_t ||Kr_t|| ||W_t||. The prepare pass stores log2 of that bound, from W and
+// Kr before their bf16 rounding, raised by 2^-6 for the roundings of W, Kr and the state the recurrence
+// multiplies W by (at most 2^-9 each). The norm of a product of chunk maps is
 // at most the product of their bounds, so once the chunks walked before a segment bound it by
 // 2^kDropLog2, the history a zero start drops is at most 2^kDropLog2 (1e-6) of the state there, far
 // under the SPEC's 5e-3 error ratio. Nothing is assumed of the gate, beta or the keys' norms; a
@@ -109,45 +109,16 @@ struct PrepSmem {
   __device__ float (*NM())[NP] { return reinterpret_cast<float(*)[NP]>(&k[0][0]); }
   __device__ float (*P())[NP] { return NM() + C; }
   float beta[C];
-  // fla's q/k l2norm, folded into the products (fold_l2norm): 1 / ||q_t|| and 1 / ||k_t|| (1 without
-  // it), and log2 of the latter, which Kr's exponent takes in.
-  float rq[C], rk[C], log2_rk[C];
+  // fla's q/k l2norm, folded into the products (fold_l2norm): 1 / ||q_t|| and 1 / ||k_t|| (1 without it).
+  float rq[C], rk[C];
+  // Kr's factor a key, which the pass that reads k last takes Kr from: e^(G_C - G_ref) on the fast path
+  // (Kr = (k e^-G') e^(G_C - G_ref)), G_C log2(e) on the steep one (Kr = k 2^(G_C log2(e) - G log2(e))).
+  float kr_at[K];
   static_assert(2 * C * NP * sizeof(float) <= sizeof(k), "N and P fit in k's tile");
 };
 
-// One step of a reduce-scatter of 2W values over the warp: lane l keeps the W values of its half (bit W
-// of l), summed over lanes l and l ^ W. After the steps 16, 8, 4, 2, 1 of 32 values, lane l holds value
-// l summed over the warp. The halves are chosen by a bit select (a ?: on v's places put v in local memory).
-template <int W, int N>
-__device__ __forceinline__ void reduce_scatter_step(float (&v)[N], int lane) {
-  static_assert(N >= 2 * W, "two halves of W values");
-  const unsigned upper = lane & W ? ~0u : 0u;
-#pragma unroll
-  for (int u = 0; u < W; ++u) {
-    const unsigned lo = __float_as_uint(v[u]), hi = __float_as_uint(v[u + W]);
-    const float send = __uint_as_float((lo & upper) | (hi & ~upper));
-    const float keep = __uint_as_float((hi & upper) | (lo & ~upper));
-    v[u] = keep + __shfl_xor_sync(0xffffffffu, send, W);
-  }
-}
-
-// The sum of squares of a row of K values that lanes 2r and 2r + 1 hold between them, alternate
-// 16-byte pieces each (no bank conflicts): `first` is the lane's parity; both lanes get the sum.
-template <int K, typename T>
-__device__ __forceinline__ float row_sum_sq(const T* row, int first) {
-  static_assert(K % 16 == 0, "whole 16-byte pieces, two lanes a row");
-  float acc = 0.f;
-  for (int c = first * 8; c < K; c += 16)
-#pragma unroll
-    for (int e = 0; e < 8; e += 2) {
-      const float2 x = to_f2(row + c + e);
-      acc = fmaf(x.x, x.x, fmaf(x.y, x.y, acc));
-    }
-  return acc + __shfl_xor_sync(0xffffffffu, acc, 1);
-}
-
 // Row r of a staged q or k tile to unit norm in place, fla's x / sqrt(|x|^2 + eps) rounded to T, by
-// lanes 2r and 2r + 1 (`first`: the lane's parity), alternate 16-byte pieces each as in row_sum_sq.
+// lanes 2r and 2r + 1 (`first`: the lane's parity), alternate 16-byte pieces each (no bank conflicts).
 // The lane's pieces are read once into registers and written back whole: element by element, the
 // pass took eight 2-byte loads and stores where one 16-byte access does. Same sums, same roundings.
 template <int K, typename T>
@@ -183,7 +154,7 @@ __device__ __forceinline__ void l2norm_row(T* row, int first) {
 // diagonal of X X^T on tensor cores (products of bf16 or fp16 values are exact in fp32, as in the sums
 // of a scalar pass), and 1 / sqrt(|x|^2 + eps) into sm.rq / sm.rk, which the passes multiply in where
 // it costs least: A and P as they are written out (rows and columns), W through M''s columns, Qg with
-// its scale, Kr in its exponent (log2 of the factor, rounded to ~2^-22: far under Kr's bf16 rounding).
+// its scale, Kr as it is formed.
 // The products then see q and k unrounded, as the fp64 reference does (fla rounds them to bf16).
 // False when a row's |x| exceeds 2^40 (or is not finite): the fast path's operands x e^60 could then
 // overflow (kShiftLimit assumes |x| up to about 1e12), and the caller normalizes the tiles in place.
@@ -219,9 +190,7 @@ __device__ __forceinline__ bool fold_l2norm(Sm& sm, int lane) {
       const float sum_k = odd ? sq[1][half][2 * half + 1] : sq[1][half][2 * half];
       ok = ok && sum_q <= kFoldL2Max && sum_k <= kFoldL2Max;
       sm.rq[r] = rsqrtf(sum_q + kL2NormEps);
-      const float rk = rsqrtf(sum_k + kL2NormEps);
-      sm.rk[r] = rk;
-      sm.log2_rk[r] = log2f(rk);
+      sm.rk[r] = rsqrtf(sum_k + kL2NormEps);
     }
   }
   return __all_sync(0xffffffffu, ok);
@@ -273,10 +242,11 @@ struct SteepLevel {
 // operand of factor 1 goes to the mma as it is: no product, no rounding.
 __device__ __forceinline__ uint32_t tf32_exact(float x) { return __float_as_uint(x); }
 
-// It then leaves K e^G and Qg in place, as the fast path does (`q_row`: Qg's scale and q's norm for rows
-// g and g + 8), and N and P last, since they go into k's tile.
-template <int K, typename In, typename Sm>
-__device__ __forceinline__ void steep_a_p(Sm& sm, int lane, float scale, const float (&q_row)[2]) {
+// It then leaves K e^G in place and hands Qg and Kr to `emit`, as the fast path does (`q_row`: Qg's
+// scale and q's norm for rows g and g + 8, `k_row` k's norm), and N and P last, since they go into k's tile.
+template <int K, typename In, typename Sm, typename Emit>
+__device__ __forceinline__ void steep_a_p(Sm& sm, int lane, float scale, const float (&q_row)[2],
+                                          const float (&k_row)[2], Emit&& emit) {
   constexpr int kLevels = 5;
   const int g = lane >> 2, t = lane & 3;
   // This lane's rows g and g + 8 and its B column g at each level, with their reference tokens.
@@ -334,19 +304,22 @@ __device__ __forceinline__ void steep_a_p(Sm& sm, int lane, float scale, const f
       mma_tf32(acc_p[lv], aq, b0, b1);
     }
   }
-  __syncwarp();  // G (log2 units) is read no more: K e^G and Qg in place, each element by the lane that reads it
+  __syncwarp();  // G (log2 units) is read no more: K e^G in place, each element by the lane that reads it
 #pragma unroll 2
-  for (int kk = 0; kk < K / 8; ++kk)
+  for (int kk = 0; kk < K / 8; ++kk) {
+    const int col = 8 * kk + 2 * t;
+    const float2 gc = *reinterpret_cast<const float2*>(&sm.kr_at[col]);  // G_C log2(e)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int r = g + half * 8, col = 8 * kk + 2 * t;
-      float2* G = reinterpret_cast<float2*>(&sm.G[r][col]);
-      const float2 e = make_float2(ex2(G->x), ex2(G->y));
-      const float2 kv = to_f2(&sm.k[r][col]);
-      const float2 qv = to_f2(&sm.q[r][col]);
+      float2* G = reinterpret_cast<float2*>(&sm.G[g + half * 8][col]);
+      const float2 lg = *G, e = make_float2(ex2(lg.x), ex2(lg.y));
+      const float2 kv = to_f2(&sm.k[g + half * 8][col]);
+      const float2 qv = to_f2(&sm.q[g + half * 8][col]);
       *G = make_float2(kv.x * e.x, kv.y * e.y);
-      *reinterpret_cast<uint32_t*>(&sm.q[r][col]) = pack_bf16(qv.x * e.x * q_row[half], qv.y * e.y * q_row[half]);
+      emit(half, col, make_float2(qv.x * e.x * q_row[half], qv.y * e.y * q_row[half]),
+           make_float2(kv.x * k_row[half] * ex2(gc.x - lg.x), kv.y * k_row[half] * ex2(gc.y - lg.y)));
     }
+  }
   __syncwarp();  // every lane has read k: N and P go into its tile
   for (int i = lane; i < C * C; i += 32) sm.NM()[i / C][i % C] = 0.f, sm.P()[i / C][i % C] = 0.f;
   __syncwarp();  // NM and P are zero everywhere
@@ -421,7 +394,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
       l2norm_row<K>(sm.q[lane >> 1], lane & 1);  // rounded to q's type; rows past the end stay zero
       l2norm_row<K>(sm.k[lane >> 1], lane & 1);
     }
-    if (lane < C) sm.rq[lane] = 1.f, sm.rk[lane] = 1.f, sm.log2_rk[lane] = 0.f;
+    if (lane < C) sm.rq[lane] = 1.f, sm.rk[lane] = 1.f;
   }
   __syncwarp();
 
@@ -434,9 +407,9 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
 
   // G = cumsum of g over the chunk, 4 keys per lane, each lane's 4 keys moved in one access (one per
   // key conflicted 4 ways), summed in log2 units (G log2(e), Gate::step), so that each e^x below is one
-  // ex2. The 16 rows stay in registers for eG and Kr, and G goes to shared memory as e^(G - G_ref), all
-  // the later passes read with e^G_ref (each e^x once: MUFU was a fifth of the pass), unless the decay
-  // is too steep to factor (kShiftLimit): then as G log2(e), for steep_a_p.
+  // ex2. G goes to shared memory as e^(G - G_ref), which the later passes read with e^G_ref (each e^x
+  // once: MUFU was a fifth of the pass), unless the decay is too steep to factor (kShiftLimit): then as
+  // G log2(e), for steep_a_p.
   static_assert(K <= 128, "a lane per 4 keys");
   const int j = lane;
   // fla's gates from raw g, as each row is summed: the head's constants and this lane's 4 dt_bias
@@ -448,7 +421,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     for (int e = 0; e < 4; ++e) bias[e] = Gate::bias(a, h, 4 * j + e);
   bool steep = false;
   float Gr[C][4] = {}, run[4] = {0.f, 0.f, 0.f, 0.f};  // G log2(e)
-  float kr_sq[BOUND ? C : 1] = {}, eg_max = 0.f;  // this lane's keys' share of each ||Kr_t||^2; their largest eG
+  float eg_max = 0.f;  // BOUND: this lane's keys' largest eG
   if (j < K / 4) {
     gate.with_mode([&](auto mode) {  // one unrolled loop per gate mode
       constexpr int M = decltype(mode)::value;
@@ -479,37 +452,10 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     *reinterpret_cast<float4*>(eg_out + 4 * j) = eg;
     if constexpr (BOUND) eg_max = fmaxf(fmaxf(eg.x, eg.y), fmaxf(eg.z, eg.w));
   }
-  {
-    // Kr leaves in 16-byte pieces (tile_at's order): lanes 2m and 2m + 1 hold the two halves of piece m of
-    // each row, and swap one row of each pair, so that lane 2m writes row r's piece and lane 2m + 1 row r + 1's.
-    // Every lane takes part in the swaps (full-warp shuffles); at K = 64, lanes 16-31 repeat lanes 0-15's
-    // keys (their Gr and run are zero) and write nothing.
-    const bool owner = j < K / 4, odd = j & 1;
-    const int jk = j % (K / 4);
-    uint2 even_row;
-#pragma unroll
-    for (int r = 0; r < C; ++r) {  // Kr = k e^(G_C - G) / ||k||, the norm in the exponent
-      const float4 kv = to_f4(&sm.k[r][4 * jk]);
-      const float l = sm.log2_rk[r];
-      auto f = [&](int e) { return ex2(run[e] - Gr[r][e] + l); };
-      const float4 kr = make_float4(kv.x * f(0), kv.y * f(1), kv.z * f(2), kv.w * f(3));
-      // fp16 with fp16 inputs: |Kr| <= |k|, in range
-      const uint2 mine = make_uint2(pack2<In>(kr.x, kr.y), pack2<In>(kr.z, kr.w));
-      if constexpr (BOUND)
-        if (owner) kr_sq[r] = fmaf(kr.x, kr.x, fmaf(kr.y, kr.y, fmaf(kr.z, kr.z, kr.w * kr.w)));
-      if (r % 2 == 0) {
-        even_row = mine;
-        continue;
-      }
-      const uint2 send = odd ? even_row : mine;
-      const uint2 got = make_uint2(__shfl_xor_sync(0xffffffffu, send.x, 1), __shfl_xor_sync(0xffffffffu, send.y, 1));
-      const uint4 piece = odd ? make_uint4(got.x, got.y, mine.x, mine.y) : make_uint4(even_row.x, even_row.y, got.x, got.y);
-      if (owner) *reinterpret_cast<uint4*>(kr_out + tile_at(odd ? r : r - 1, 8 * (jk / 2))) = piece;
-    }
-  }
   steep = __any_sync(0xffffffffu, steep);
   if (j < K / 4) {  // every lane has read its g of row r above (the 16-bit g's place)
     float4* out = reinterpret_cast<float4*>(&sm.G[0][4 * j]);
+    float4* kr_at = reinterpret_cast<float4*>(&sm.kr_at[4 * j]);
     if (!steep) {
       const float* mid = Gr[Sm::kRefRow];
 #pragma unroll
@@ -518,18 +464,31 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
                                           ex2(Gr[r][3] - mid[3]));
       float4* ref = reinterpret_cast<float4*>(Sm::ref_of(sm, 4 * j));
       *ref = make_float4(ex2(mid[0]), ex2(mid[1]), ex2(mid[2]), ex2(mid[3]));
+      *kr_at = make_float4(ex2(run[0] - mid[0]), ex2(run[1] - mid[1]), ex2(run[2] - mid[2]), ex2(run[3] - mid[3]));
     } else {
 #pragma unroll
       for (int r = 0; r < C; ++r)  // in log2 units, as steep_a_p takes it (no reference: its own pass forms e^G)
         out[r * Sm::GP / 4] = make_float4(Gr[r][0], Gr[r][1], Gr[r][2], Gr[r][3]);
+      *kr_at = make_float4(run[0], run[1], run[2], run[3]);
     }
   }
   __syncwarp();
 
   // A (strictly lower, times beta_t) -> sm.NM, and P (lower with diagonal) -> sm.P. Each path leaves
-  // in G the operand of W = M' (K e^G), K e^G (fp32), and in q's tile Qg = scale Q e^G / ||q|| (bf16),
-  // each element by the lane that read it.
+  // in G the operand of W = M' (K e^G), K e^G (fp32), and hands Qg = scale Q e^G / ||q|| and
+  // Kr = K e^(G_C - G) / ||k|| to `emit`, each element by the lane that read it: rows g and g + 8, keys
+  // 2t and 2t + 1 of each 8-key piece, a pair a register, so that in tile_at's order a warp's store is one
+  // whole 128-byte line (staged through shared memory and shuffles, the tiles cost 1.3 times the
+  // instructions of these stores' products). |Kr| <= |k|: in fp16's range with fp16 inputs.
   const float q_row[2] = {scale * sm.rq[g], scale * sm.rq[g + 8]};  // Qg's scale and q's norm, per row
+  const float k_row[2] = {sm.rk[g], sm.rk[g + 8]};
+  float kr_sq[2] = {0.f, 0.f};  // BOUND: this lane's share of ||Kr_t||^2, rows g and g + 8
+  auto emit = [&](int half, int col, float2 qg, float2 kr) {
+    const int r = g + 8 * half;
+    *reinterpret_cast<uint32_t*>(q_out + tile_at(r, col)) = pack_bf16(qg.x, qg.y);
+    *reinterpret_cast<uint32_t*>(kr_out + tile_at(r, col)) = pack2<In>(kr.x, kr.y);
+    if constexpr (BOUND) kr_sq[half] = fmaf(kr.x, kr.x, fmaf(kr.y, kr.y, kr_sq[half]));
+  };
   if (!steep) {
     float acc_a[2][4] = {}, acc_p[2][4] = {};
 #pragma unroll 4
@@ -539,6 +498,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
       uint32_t ak[4], aq[4], ki[4];  // A layout positions: (g, t) (g+8, t) (g, t+4) (g+8, t+4)
       const int col = 8 * kk + 2 * t;
       const float2 ref = *reinterpret_cast<const float2*>(Sm::ref_of(sm, col));  // e^G = e^G' e^G_ref
+      const float2 kra = *reinterpret_cast<const float2*>(&sm.kr_at[col]);     // e^(G_C - G_ref)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = g + half * 8;
@@ -547,12 +507,14 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
         const float2 kv = to_f2(&sm.k[r][col]);
         const float2 qv = to_f2(&sm.q[r][col]);
         const float2 ke = make_float2(kv.x * e.x, kv.y * e.y), qe = make_float2(qv.x * e.x, qv.y * e.y);
+        const float2 kd = make_float2(kv.x * rcp(e.x), kv.y * rcp(e.y));  // K e^-G'
         ak[half] = to_tf32(ke.x), ak[half + 2] = to_tf32(ke.y);
         aq[half] = to_tf32(qe.x), aq[half + 2] = to_tf32(qe.y);  // scale: once a sum, below
-        ki[half] = to_tf32(kv.x * rcp(e.x)), ki[half + 2] = to_tf32(kv.y * rcp(e.y));
+        ki[half] = to_tf32(kd.x), ki[half + 2] = to_tf32(kd.y);
         *G = make_float2(ke.x * ref.x, ke.y * ref.y);
-        *reinterpret_cast<uint32_t*>(&sm.q[r][col]) =
-            pack_bf16(qe.x * (ref.x * q_row[half]), qe.y * (ref.y * q_row[half]));
+        // |k e^-G'| / ||k|| <= e^60 first, then the factor <= 1: neither product leaves fp32's range
+        emit(half, col, make_float2(qe.x * (ref.x * q_row[half]), qe.y * (ref.y * q_row[half])),
+             make_float2(kd.x * k_row[half] * kra.x, kd.y * k_row[half] * kra.y));
       }
       // B = (K e^-G')^T: tokens 0-7 are rows g of this lane's positions, tokens 8-15 rows g+8.
       mma_tf32(acc_a[0], ak, ki[0], ki[2]);
@@ -570,7 +532,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
         sm.P()[tt][ss] = ss <= tt ? scale * sm.rq[tt] * sm.rk[ss] * acc_p[nt][i] : 0.f;
       }
   } else {
-    steep_a_p<K, In>(sm, lane, scale, q_row);
+    steep_a_p<K, In>(sm, lane, scale, q_row, k_row, emit);
   }
   __syncwarp();
 
@@ -594,13 +556,14 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
   }
   __syncwarp();
 
-  uint32_t am[2][4];  // M' Diag(1 / ||k_s||) as A operands over the chunk's tokens (k-steps s = 0-7 and 8-15)
+  // -M' Diag(1 / ||k_s||) as A operands over the chunk's tokens (k-steps s = 0-7 and 8-15): W's sign here
+  uint32_t am[2][4];
 #pragma unroll
   for (int ks = 0; ks < 2; ++ks)
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
       const int s = 8 * ks + t + (p >> 1) * 4;
-      am[ks][p] = to_tf32(sm.NM()[g + (p & 1) * 8][s] * sm.rk[s]);
+      am[ks][p] = to_tf32(-sm.NM()[g + (p & 1) * 8][s] * sm.rk[s]);
     }
 
   // M' and P out as hi and lo bf16 planes: lane i takes half a row of each, 16 bytes a plane.
@@ -617,14 +580,10 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     put_pair(&sm.NM()[r][c0], planes);
     put_pair(&sm.P()[r][c0], planes + 2 * C * C);
   }
-  __syncwarp();  // N and P are read out: W's staging overwrites them
 
-  // W = M' (K e^G), one key n-tile at a time, staged in k's tile (read no more) to leave in 16-byte
-  // pieces of whole rows: stored from the mma layout, each 4-byte store touched 8 rows (the pass was
-  // bound by L1 throughput; staged, 10 % faster, docs/routes/chunk.md). Qg is in q's tile already.
-  bf16(*w_st)[Sm::KP] = reinterpret_cast<bf16(*)[Sm::KP]>(&sm.k[0][0]);
-  bf16(*q_st)[Sm::KP] = reinterpret_cast<bf16(*)[Sm::KP]>(&sm.q[0][0]);
-  auto put = [](bf16* row, int c, uint32_t pair) { *reinterpret_cast<uint32_t*>(row + c) = pair; };
+  // -W = -M' (K e^G), one key n-tile at a time, out from the accumulators as Qg and Kr went (tile_at's
+  // order: a warp's store is one 128-byte line).
+  float w_sq[2] = {0.f, 0.f};  // BOUND: this lane's share of ||W_t||^2, rows g and g + 8
 #pragma unroll 4
   for (int nt = 0; nt < K / 8; ++nt) {
     const int col = 8 * nt + g, c0 = 8 * nt + 2 * t;
@@ -634,32 +593,28 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
       const int s0 = 8 * ks + t, s1 = s0 + 4;
       mma_tf32(w, am[ks], to_tf32(sm.G[s0][col]), to_tf32(sm.G[s1][col]));
     }
-    put(w_st[g], c0, pack_bf16(-w[0], -w[1]));
-    put(w_st[g + 8], c0, pack_bf16(-w[2], -w[3]));
+    *reinterpret_cast<uint32_t*>(w_out + tile_at(g, c0)) = pack_bf16(w[0], w[1]);
+    *reinterpret_cast<uint32_t*>(w_out + tile_at(g + 8, c0)) = pack_bf16(w[2], w[3]);
+    if constexpr (BOUND) {
+      w_sq[0] = fmaf(w[0], w[0], fmaf(w[1], w[1], w_sq[0]));
+      w_sq[1] = fmaf(w[2], w[2], fmaf(w[3], w[3], w_sq[1]));
+    }
   }
-  __syncwarp();
   if constexpr (BOUND) {  // route small_bh: the bound on this chunk's state map (kDropLog2)
-    reduce_scatter_step<8>(kr_sq, lane);  // then lane l holds row l % C's share of 16 lanes
-    reduce_scatter_step<4>(kr_sq, lane);
-    reduce_scatter_step<2>(kr_sq, lane);
-    reduce_scatter_step<1>(kr_sq, lane);
-    const float kr_row = kr_sq[0] + __shfl_xor_sync(0xffffffffu, kr_sq[0], 16);
-    const float kr_r = __shfl_sync(0xffffffffu, kr_row, lane >> 1);  // row lane / 2's, beside its W row
-    const float w_r = row_sum_sq<K>(w_st[lane >> 1], lane & 1);
-    const float terms = warp_allreduce(lane & 1 ? 0.f : sqrtf(kr_r * w_r));
+    float terms = 0.f;  // sum_t ||Kr_t|| ||W_t||: rows g and g + 8 summed over their 4 lanes, added on t = 0
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float kr = kr_sq[half], w = w_sq[half];
+#pragma unroll
+      for (int m = 1; m <= 2; m <<= 1)
+        kr += __shfl_xor_sync(0xffffffffu, kr, m), w += __shfl_xor_sync(0xffffffffu, w, m);
+      terms += sqrtf(kr * w);
+    }
+    terms = warp_allreduce(t == 0 ? terms : 0.f);
 #pragma unroll
     for (int m = 16; m > 0; m >>= 1) eg_max = fmaxf(eg_max, __shfl_xor_sync(0xffffffffu, eg_max, m));
     if (lane == 0) chunk_bounds<K>(a, ws)[slot * H + h] = log2f((eg_max + terms) * kBoundMargin);
   }
-  // The two tiles out, 16 bytes a lane, in the block's piece order (tile_at): piece i is row i % C's.
-  auto copy_out = [&](bf16* out, const bf16* st) {
-    for (int i = lane; i < C * (K / 8); i += 32) {
-      const int r = i % C, j = i / C;
-      *reinterpret_cast<uint4*>(out + i * 8) = *reinterpret_cast<const uint4*>(st + r * Sm::KP + j * 8);
-    }
-  };
-  copy_out(w_out, &w_st[0][0]);
-  copy_out(q_out, &q_st[0][0]);
 }
 
 template <int K, typename GT, typename In, bool BOUND>
