@@ -104,8 +104,7 @@ struct PrepSmem {
   In q[C][KP], k[C][KP];
   float G[C][GP];  // G log2(e), e^(G - G_ref) (steep: G log2(e) kept), K e^G from the A/P pass on
   // N (then M' in its place) and P live in k's tile: they are written once the A/P pass has read k for
-  // the last time, and read before W's staging overwrites the tile. 2 KB less a warp lets 12 warps
-  // share an SM where 10 did (K = 128: 17.7 KB a warp).
+  // the last time. 2 KB less a warp lets 12 warps share an SM where 10 did (K = 128: 18.1 KB a warp).
   __device__ float (*NM())[NP] { return reinterpret_cast<float(*)[NP]>(&k[0][0]); }
   __device__ float (*P())[NP] { return NM() + C; }
   float beta[C];
