@@ -62,7 +62,8 @@ static inline int kdactl_launch_prologue(const kdactl_kda_args* a, int* sms, int
   if (a->qk_heads < 0 || (a->qk_heads > 0 && a->heads % a->qk_heads)) return KDACTL_ERR_BAD_QK_HEADS;
   if (a->beta_mode < KDACTL_BETA_AS_GIVEN || a->beta_mode > KDACTL_BETA_SIGMOID2) return KDACTL_ERR_BAD_BETA_MODE;
   if (a->gate_mode < KDACTL_GATE_AS_GIVEN || a->gate_mode > KDACTL_GATE_LOWER_BOUND ||
-      (a->gate_mode == KDACTL_GATE_SOFTPLUS && a->A_log == nullptr))
+      (a->gate_mode == KDACTL_GATE_SOFTPLUS && a->A_log == nullptr) ||
+      (a->gate_mode == KDACTL_GATE_LOWER_BOUND && !(a->lower_bound < 0.f)))  // a decay: the prepare relies on it
     return KDACTL_ERR_BAD_GATE_MODE;
   auto dtype_ok = [](int32_t d) { return d == KDACTL_DTYPE_FP32 || d == KDACTL_DTYPE_BF16 || d == KDACTL_DTYPE_FP16; };
   if (!dtype_ok(a->g_dtype) || !dtype_ok(a->beta_dtype) || (a->qkv_fp16 != 0 && a->qkv_fp16 != 1))

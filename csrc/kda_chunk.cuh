@@ -434,8 +434,9 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
         for (int e = 0; e < 4; ++e) Gr[r][e] = run[e];
       }
       // e^G' and e^-G' finite, and e^G_ref far above fp32's underflow. fla's gates only decay (each step
-      // adds a product of opposite signs, and fma's rounding keeps the sum from rising: 0 >= G_0 >= G_ref
-      // >= G_C), so past the reference's own check only the last row can stray; g as given may rise anywhere.
+      // adds a product of opposite signs: -A < 0, lower_bound < 0 as the prologue requires; fma's rounding
+      // keeps the sum from rising: 0 >= G_0 >= G_ref >= G_C), so past the reference's own check only the
+      // last row can stray; g as given may rise anywhere.
       constexpr float kLimit = kShiftLimit * kLog2e;
       constexpr bool kFalls = M != KDACTL_GATE_AS_GIVEN;
 #pragma unroll
@@ -477,8 +478,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
   // in G the operand of W = M' (K e^G), K e^G (fp32), and hands Qg = scale Q e^G / ||q|| and
   // Kr = K e^(G_C - G) / ||k|| to `emit`, each element by the lane that read it: rows g and g + 8, keys
   // 2t and 2t + 1 of each 8-key piece, a pair a register, so that in tile_at's order a warp's store is one
-  // whole 128-byte line (staged through shared memory and shuffles, the tiles cost 1.3 times the
-  // instructions of these stores' products). |Kr| <= |k|: in fp16's range with fp16 inputs.
+  // whole 128-byte line and the tiles need no staging. |Kr| <= |k|: in fp16's range with fp16 inputs.
   const float q_row[2] = {scale * sm.rq[g], scale * sm.rq[g + 8]};  // Qg's scale and q's norm, per row
   const float k_row[2] = {sm.rk[g], sm.rk[g + 8]};
   float kr_sq[2] = {0.f, 0.f};  // BOUND: this lane's share of ||Kr_t||^2, rows g and g + 8

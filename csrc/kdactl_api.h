@@ -133,7 +133,7 @@ typedef struct {
   int32_t gate_mode;            // KDACTL_GATE_*
   const float* A_log;           // [heads] fp32; required by KDACTL_GATE_SOFTPLUS
   const float* dt_bias;         // [heads * key_dim] fp32, added to g by the gates; may be NULL
-  float lower_bound;            // KDACTL_GATE_LOWER_BOUND
+  float lower_bound;            // KDACTL_GATE_LOWER_BOUND: negative (a log decay)
   // Serving state pool: sequence n's state is slot state_indices[n] of initial_state and final_state
   // (one pool, updated in place; a negative index starts from zero and is not written). NULL: slot n.
   const int32_t* state_indices;

@@ -71,7 +71,9 @@ constexpr ArgumentError kArgumentErrors[] = {
      "segment_chunks must be positive and cut at most " KDACTL_STR(KDACTL_MAX_GRID_DIM) " reduction slots"},
     {KDACTL_ERR_BAD_QK_HEADS, "qk_heads", "qk_heads must be 0 or divide heads"},
     {KDACTL_ERR_BAD_BETA_MODE, "beta_mode", "beta_mode must be one of KDACTL_BETA_*"},
-    {KDACTL_ERR_BAD_GATE_MODE, "gate_mode", "gate_mode must be one of KDACTL_GATE_*, with A_log for the softplus gate"},
+    {KDACTL_ERR_BAD_GATE_MODE, "gate_mode",
+     "gate_mode must be one of KDACTL_GATE_*, with A_log for the softplus gate and a negative lower_bound for the "
+     "lower-bound one"},
     {KDACTL_ERR_BAD_DTYPE, "dtype", "g_dtype and beta_dtype must be KDACTL_DTYPE_*, qkv_fp16 0 or 1"},
     {KDACTL_ERR_BAD_CHECKPOINTS, "checkpoints",
      "checkpoint_every must be a positive multiple of KDACTL_CHUNK and checkpoint_dtype fp32 or bf16"},

@@ -273,6 +273,15 @@ def steep_tail_inputs(bound=False):
     return x, dict(fused=fused, A_log=torch.zeros(H), dt_bias=torch.zeros(H * 128), initial_state=s0)  # A = 1
 
 
+def test_the_library_refuses_a_lower_bound_gate_that_is_not_a_decay(kernels):
+    """The prepare checks only the last row of a chunk whose gates decay (lower_bound < 0): the C ABI refuses a
+    lower_bound that is not negative, as kdactl.kda.Fused does, so an outside caller cannot pass one by."""
+    x, kwargs = steep_tail_inputs(bound=True)
+    object.__setattr__(kwargs["fused"], "lower_bound", 0.5)  # past Fused's own check
+    with pytest.raises(RuntimeError, match="negative lower_bound"):
+        kernels(FEW_SMS).run("chunk", **x, **kwargs)
+
+
 @pytest.mark.parametrize("bound", [False, True], ids=["softplus", "bound"])
 def test_fla_gates_steep_over_the_last_half_of_a_chunk(kernels, bound):
     """fla's gates only decay, so the prepare checks their chunks' G against kShiftLimit at the reference
