@@ -112,6 +112,7 @@ struct PrepSmem {
   float rq[C], rk[C];
   // Kr's factor a key, which the pass that reads k last takes Kr from: e^(G_C - G_ref) on the fast path
   // (Kr = (k e^-G') e^(G_C - G_ref)), G_C log2(e) on the steep one (Kr = k 2^(G_C log2(e) - G log2(e))).
+  // It is G's last row, kept apart: that pass overwrites G with K e^G while other lanes still need it.
   float kr_at[K];
   static_assert(2 * C * NP * sizeof(float) <= sizeof(k), "N and P fit in k's tile");
 };
