@@ -69,7 +69,12 @@ __host__ __device__ constexpr int tile_at(int r, int col) { return ((col / 8) * 
 // state. (A bound per key channel, max_d prod eG_d, does not hold: the delta rule's rank-1 updates move
 // the state between channels, so history survives where each channel alone decays.)
 constexpr float kDropLog2 = -20.f;
-constexpr int kWarmChunks = 8;
+// 32: fla's softplus draw leaves heads with e^A_log near 1 whose bound reaches 2^-20 only after 10-20
+// chunks (tools/decay_bounds.py); a walk back that long still costs a fraction of the whole walk or the
+// stitch that such a start takes otherwise, and a start that needs fewer walks back no further.
+constexpr int kWarmChunks = 32;
+constexpr int kWarmLoads = 8;  // bounds loaded at once by warm_start_at
+static_assert(kWarmChunks % kWarmLoads == 0, "whole rounds of loads");
 constexpr int kMinHalvedChunks = 4;  // Segments::halves: a segment of fewer chunks is walked whole
 constexpr float kBoundMargin = 1.f + 1.f / 64.f;
 
@@ -685,19 +690,21 @@ struct Segments {
 __device__ __forceinline__ int64_t warm_start_at(const Segments& sg, int64_t slot0, int h, int H, int64_t first) {
   if (first == 0) return 0;
   if (!sg.bounds) return first <= kWarmChunks ? 0 : -1;
-  float bound[kWarmChunks];  // log2 of the bounds of chunks first - 1, first - 2, ...: all loads at once
-#pragma unroll
-  for (int w = 0; w < kWarmChunks; ++w) {
-    const int64_t c = first - 1 - w;
-    bound[w] = c > 0 ? sg.bounds[(slot0 + c) * H + h] : 0.f;
-  }
   float log2_bound = 0.f;
+  for (int w0 = 0; w0 < kWarmChunks; w0 += kWarmLoads) {
+    float bound[kWarmLoads];  // log2 of the bounds of chunks first - 1 - w0, first - 2 - w0, ...: loaded at once
 #pragma unroll
-  for (int w = 0; w < kWarmChunks; ++w) {
-    const int64_t c = first - 1 - w;
-    if (c <= 0) return 0;
-    log2_bound += bound[w];
-    if (log2_bound <= kDropLog2) return c;
+    for (int w = 0; w < kWarmLoads; ++w) {
+      const int64_t c = first - 1 - w0 - w;
+      bound[w] = c > 0 ? sg.bounds[(slot0 + c) * H + h] : 0.f;
+    }
+#pragma unroll
+    for (int w = 0; w < kWarmLoads; ++w) {
+      const int64_t c = first - 1 - w0 - w;
+      if (c <= 0) return 0;
+      log2_bound += bound[w];
+      if (log2_bound <= kDropLog2) return c;
+    }
   }
   return -1;
 }

@@ -21,14 +21,16 @@ def test_constants_are_the_headers():
     [
         (-25.0, 40, 39),  # one chunk forgets enough
         (-10.0, 40, 38),  # two: -20 reaches the limit exactly
-        (-2.5, 40, 32),  # eight: the last one the walk takes
-        (-2.0, 40, None),  # eight chunks bound it to 2^-16 only: stitched
+        (-0.625, 40, 8),  # thirty-two: the last one the walk takes
+        (-0.6, 40, None),  # thirty-two chunks bound it to 2^-19.2 only: stitched
         (0.5, 40, None),  # a map that may grow the state
         (0.0, 5, 0),  # the walk reaches the sequence's start: exact from there
-        (0.0, 9, None),  # chunk 0's bound is never read: 8 chunks back from 9 end at chunk 1
+        (0.0, 32, 0),  # the last start that reaches it
+        (0.0, 33, None),  # chunk 0's bound is never read: 32 chunks back from 33 end at chunk 1
     ],
 )  # fmt: skip
 def test_warm_start_walks_back_at_most_warm_chunks(bound, first, start):
+    assert WARM_CHUNKS == 32
     assert warm_start([bound] * 64, first) == start
 
 
@@ -40,50 +42,50 @@ def test_warm_start_of_segment_zero_and_a_strong_chunk_among_weak_ones():
 
 
 def test_segment_starts_counts_every_sequence_head_and_later_segment():
-    # two sequences of 30 chunks (fixed layout: slots 0-29 and 31-60), 2 heads, segments of 10 chunks:
-    # starts at chunks 10 and 20 of each (sequence, head), more than 8 chunks from the sequence's start
-    slots = 2 * 30 + 2
+    # two sequences of 100 chunks (fixed layout: slots 0-99 and 101-200), 2 heads, segments of 40 chunks:
+    # starts at chunks 40 and 80 of each (sequence, head), more than WARM_CHUNKS from the sequence's start
+    slots = 2 * 100 + 2
     bounds = [[-25.0, 0.0] for _ in range(slots)]  # head 0 forgets in a chunk, head 1 never
-    starts = segment_starts(bounds, [480, 480], 10)  # 3 segments a sequence: none is stitched
+    starts = segment_starts(bounds, [1600, 1600], 40)  # 3 segments a sequence: none is stitched
     assert starts == SegmentStarts(warm=4, stitched=0, walked_on=4)
     assert str(starts) == "4 of 8 segment starts warm (decay bound), 0 stitched, 4 walked without a stitch"
     assert str(SegmentStarts(warm=4, stitched=4)) == "4 of 8 segment starts warm (decay bound), 4 stitched"
-    # 8 segments of 4 chunks (more than SMALL_BH_MAX_UNSTITCHED) are stitched; within 8 chunks of its
+    # 10 segments of 10 chunks (more than SMALL_BH_MAX_UNSTITCHED) are stitched; within WARM_CHUNKS of its
     # sequence's start a segment starts exactly from there, however weak the decay
-    starts = segment_starts(bounds, [480, 480], 4)
-    assert starts == SegmentStarts(warm=2 * 7 + 2 * 2, stitched=2 * 5)  # head 1 from 12, 16, .. 28; 4 and 8 reach chunk 0
+    starts = segment_starts(bounds, [1600, 1600], 10)
+    assert starts == SegmentStarts(warm=2 * 9 + 2 * 3, stitched=2 * 6)  # head 1 from 40, 50, .. 90; 10, 20, 30 reach chunk 0
 
 
 def test_segment_starts_counts_the_known_segments_walked_in_halves():
-    # one sequence of 60 chunks, 2 heads, segments of 10 (6 a sequence: stitched where cold); head 0 forgets
-    # in a chunk everywhere, head 1 only in chunks 24 .. 26 (so that a walk back from 25, 27 reaches them)
-    bounds = [[-25.0, -25.0 if 24 <= c <= 26 else 0.0] for c in range(61)]
-    starts = segment_starts(bounds, [960], 10, halves=True)
-    # head 0: all 6 segments known, every middle (5, 15, .. 55) warm; head 1: segment 0 known (middle 5
-    # reaches chunk 0), segments 1, 2, 4, 5 start cold (stitched), segment 3 (from 30: 29 .. 27 sum 0, 26
-    # forgets) known and its middle 35 walks back 34 .. 27 without a forgetting chunk: whole
+    # one sequence of 240 chunks, 2 heads, segments of 40 (6 a sequence: stitched where cold); head 0 forgets
+    # in a chunk everywhere, head 1 only in chunks 96 .. 104
+    bounds = [[-25.0, -25.0 if 96 <= c <= 104 else 0.0] for c in range(241)]
+    starts = segment_starts(bounds, [16 * 240], 40, halves=True)
+    # head 0: all 6 segments known, every middle (20, 60, .. 220) warm; head 1: segment 0 known (middle 20
+    # reaches chunk 0), segments 1, 2, 4, 5 start cold (stitched), segment 3 (from 120: 119 .. 105 sum 0,
+    # 104 forgets) known and its middle 140 walks back 139 .. 108 without a forgetting chunk: whole
     assert starts == SegmentStarts(warm=5 + 1, stitched=4, halved=6 + 1), starts
     assert str(starts).endswith("4 stitched; 7 segments walked in two halves")
-    assert segment_starts(bounds, [960], 10) == SegmentStarts(warm=6, stitched=4)  # no halves: the grid's two waves
-    # a known segment shorter than MIN_HALVED_CHUNKS is walked whole: 61 chunks, head 0's seventh (chunk 60)
-    longer = segment_starts(bounds, [16 * 61], 10, halves=True)
+    assert segment_starts(bounds, [16 * 240], 40) == SegmentStarts(warm=6, stitched=4)  # no halves: the grid's two waves
+    # a known segment shorter than MIN_HALVED_CHUNKS is walked whole: 241 chunks, head 0's seventh (chunk 240)
+    longer = segment_starts(bounds, [16 * 241], 40, halves=True)
     assert (longer.warm, longer.halved) == (6 + 1, 6 + 1), longer
 
 
 def test_segment_starts_reads_a_varlen_batchs_slots():
-    # lengths 40 (3 chunks, slots 0-2), 200 (13 chunks, from slot 40 // 16 + 1 = 3), 20 (2 chunks)
-    lengths, slots = [40, 200, 20], 260 // 16 + 3
+    # lengths 40 (3 chunks, slots 0-2), 832 (52 chunks, from slot 40 // 16 + 1 = 3), 20 (2 chunks)
+    lengths, slots = [40, 832, 20], 892 // 16 + 3
     bounds = [[0.0] for _ in range(slots)]
-    for c in range(13):
-        bounds[3 + c][0] = -25.0 if c == 7 else 0.0  # the second sequence's chunk 7 only
-    # segments of 4 chunks: the first sequence has none after its first; the second starts 4, 8, 12;
-    # the walk from 8 meets chunk 7 (warm), from 12 it reaches 7 within 8 chunks (warm), from 4 it
+    for c in range(52):
+        bounds[3 + c][0] = -25.0 if c == 28 else 0.0  # the second sequence's chunk 28 only
+    # segments of 16 chunks: the first sequence has none after its first; the second starts 16, 32, 48;
+    # the walk from 32 meets chunk 28 (warm), from 48 it reaches 28 within 32 chunks (warm), from 16 it
     # reaches chunk 0 of its own sequence (exact, warm); the third has one segment
-    assert segment_starts(bounds, lengths, 4) == SegmentStarts(warm=3, stitched=0)
-    bounds[3 + 7][0] = 0.0  # now only the start at 12 walks 8 chunks (11 .. 4) without reaching chunk 0:
-    # a sequence of 4 segments is not stitched, one of 5 (3 chunks a segment) is
-    assert segment_starts(bounds, lengths, 4) == SegmentStarts(warm=2, stitched=0, walked_on=1)
-    assert segment_starts(bounds, lengths, 3) == SegmentStarts(warm=2, stitched=2)  # 3 and 6 reach chunk 0; 9, 12
+    assert segment_starts(bounds, lengths, 16) == SegmentStarts(warm=3, stitched=0)
+    bounds[3 + 28][0] = 0.0  # now only the start at 48 walks 32 chunks (47 .. 16) without reaching chunk 0:
+    # a sequence of 4 segments is not stitched, one of 5 (12 chunks a segment) is
+    assert segment_starts(bounds, lengths, 16) == SegmentStarts(warm=2, stitched=0, walked_on=1)
+    assert segment_starts(bounds, lengths, 12) == SegmentStarts(warm=2, stitched=2)  # 12 and 24 reach chunk 0; 36, 48
 
 
 def test_bench_says_how_small_bhs_checked_call_started(monkeypatch):

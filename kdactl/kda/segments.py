@@ -17,7 +17,7 @@ from kdactl.kda.routes import DeviceInfo, chunk_slots, small_bh_halves, small_bh
 from kdactl.kernel_abi import CHUNK, ROUTE_IDS, SMALL_BH_MAX_UNSTITCHED
 
 DROP_LOG2 = -20.0  # csrc/kda_chunk.cuh kDropLog2: the dropped history at most 2^-20 of the state
-WARM_CHUNKS = 8  # kWarmChunks: the most chunks a segment walks back before it needs its stitched start
+WARM_CHUNKS = 32  # kWarmChunks: the most chunks a segment walks back before it needs its stitched start
 MIN_HALVED_CHUNKS = 4  # kMinHalvedChunks: a shorter known segment is walked whole
 
 
