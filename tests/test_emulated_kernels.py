@@ -89,17 +89,19 @@ def test_plain_routes_match_the_reference(kernels, route, T):
     assert max(errors(kernels, route, x, sms=FEW_SMS, initial_state=s0)) < ERROR_LIMIT
 
 
-@pytest.mark.parametrize("gates,all_warm", [("warm", 1), ("cold", 0), ("warm-then-cold", 0)])
+@pytest.mark.parametrize("gates,all_warm", [("warm", 1), ("slow", 1), ("cold", 0), ("warm-then-cold", 0)])
 def test_small_bh_runs_unstitched_segments_at_once_only_where_all_start_warm(kernels, gates, all_warm):
     """A fixed layout of at most SMALL_BH_MAX_UNSTITCHED segments is not stitched: a kernel finds whether
     every segment starts warm (its answer is the workspace's last word), and then the segments run at
     once, or else route chunk's walks of whole sequences. 3000 tokens: segments of 47 chunks, so that a
-    start past the first walks back WARM_CHUNKS without reaching the sequence's start."""
+    start past the first walks back WARM_CHUNKS without reaching the sequence's start. "slow": every start
+    warm only about 23 chunks back (g in [-0.4, 0]), past warm_start_at's first rounds of bounds."""
     from kdactl.kda.segments import WARM_CHUNKS
 
     plan = segments(3000, 4, FEW_SMS)
     assert 2 <= plan <= SMALL_BH_MAX_UNSTITCHED and 3000 // 16 // plan > WARM_CHUNKS
-    x, s0, _ = random_inputs(1, 3000, 4, with_state=True, g_range=(-0.02, 0.0) if gates == "cold" else (-8.0, 0.0))
+    g_range = {"cold": (-0.02, 0.0), "slow": (-0.4, 0.0)}.get(gates, (-8.0, 0.0))
+    x, s0, _ = random_inputs(1, 3000, 4, with_state=True, g_range=g_range)
     if gates == "warm-then-cold":
         x["g"][:, 1500:] *= 1e-3
     emu = kernels(FEW_SMS)
@@ -463,6 +465,27 @@ def test_small_bh_walks_a_known_segment_in_two_halves_where_its_middle_starts_wa
     else:  # segments 0-4 end before token 2000 (chunk 125): known and halved; segment 6 (from chunk 138) walks
         # back across the cold chunks to a warm one within WARM_CHUNKS; from segment 7 on stitched
         assert starts.stitched >= 4 and 6 <= starts.halved <= 7, starts
+
+
+def test_small_bh_warm_starts_that_walk_back_past_one_round_of_bounds(kernels):
+    """A decay that bounds the dropped history to 2^-20 only about 23 chunks back (g in [-0.4, 0]: each
+    chunk's map bounded by about 2^-0.9): every start past the first walks back through the third of
+    warm_start_at's rounds of kWarmLoads bounds and starts warm (with a window of 8 chunks each would be
+    stitched), against fp64 with an initial state."""
+    from kdactl.kda.segments import WARM_CHUNKS, bounds_offset, read_log2_bounds, segment_starts, warm_start
+
+    T = 4000
+    p = KdaProblem(1, T, 1, 128, 128, 1, False, 0, 0)
+    emu = kernels(HALVES_SMS)
+    plan = small_bh_plan(p, emu.device)
+    x, s0, _ = random_inputs(1, T, 1, with_state=True, g_range=(-0.4, 0.0))
+    assert max(errors(lambda *_: emu, "small_bh", x, initial_state=s0)) < ERROR_LIMIT
+    bounds = read_log2_bounds(emu.workspace, p, bounds_offset(p, emu.device, emu.workspace_bytes))
+    firsts = range(plan.segment_chunks, -(-T // 16), plan.segment_chunks)
+    starts = segment_starts(bounds, [T], plan.segment_chunks)
+    assert starts.stitched == 0 and starts.warm == len(firsts), starts
+    walks = [first - warm_start([b[0] for b in bounds], first) for first in firsts]
+    assert 16 < max(walks) <= WARM_CHUNKS, walks
 
 
 def test_small_bh_halves_do_not_depend_on_the_order_of_threads(kernels):
