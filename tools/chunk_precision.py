@@ -49,28 +49,29 @@ def pair_refs(n):
     return R
 
 
-def a_and_p(qc, kc, G, scale):
-    """A (strictly lower) and P (lower) of each (head) chunk, as the prepare pass forms them."""
+def a_and_p(qc, kc, G, scale, ops=tf32):
+    """A (strictly lower) and P (lower) of each (head) chunk, as the prepare pass forms them (``ops``: the
+    rounding of the products' operands, tf32 as built)."""
     n = qc.shape[-2]
     ref = G[..., n // 2 - 1 if n >= 8 else n - 1, :].unsqueeze(-2)  # the middle row (kRefRow) of a full chunk
     lower, strict = torch.ones(n, n).tril(), torch.ones(n, n).tril(-1)
     Gs = G - ref  # factored: (K e^G') (K e^-G')^T on tf32 operands
-    A = tf32(kc * Gs.exp()) @ tf32(kc * (-Gs).exp()).transpose(-1, -2) * strict
-    P = tf32(qc * scale * Gs.exp()) @ tf32(kc * (-Gs).exp()).transpose(-1, -2) * lower
+    A = ops(kc * Gs.exp()) @ ops(kc * (-Gs).exp()).transpose(-1, -2) * strict
+    P = ops(qc * scale * Gs.exp()) @ ops(kc * (-Gs).exp()).transpose(-1, -2) * lower
     steep = (Gs.abs().amax(dim=(-2, -1)) > SHIFT_LIMIT) | (ref.amin(dim=(-2, -1)) < -SHIFT_LIMIT)
     if steep.any():  # e^(G_t - G_s) = e^(G_t - G_R) e^(G_R - G_s), each factor <= 1, on tf32 operands
         GR = G[..., pair_refs(n), :]  # [..., t, s, K]
         row = (G.unsqueeze(-2) - GR).clamp(max=0).exp()  # e^(G_t - G_R)
-        Y = tf32(kc.unsqueeze(-3) * (GR - G.unsqueeze(-3)).clamp(max=0).exp())  # k_s e^(G_R - G_s)
-        A_steep = (tf32(kc.unsqueeze(-2) * row) * Y).sum(-1) * strict
-        P_steep = (tf32(qc.unsqueeze(-2) * scale * row) * Y).sum(-1) * lower
+        Y = ops(kc.unsqueeze(-3) * (GR - G.unsqueeze(-3)).clamp(max=0).exp())  # k_s e^(G_R - G_s)
+        A_steep = (ops(kc.unsqueeze(-2) * row) * Y).sum(-1) * strict
+        P_steep = (ops(qc.unsqueeze(-2) * scale * row) * Y).sum(-1) * lower
         mask = steep[..., None, None]
         A, P = torch.where(mask, A_steep, A), torch.where(mask, P_steep, P)
     return A, P
 
 
 def emulate(q, k, v, g, beta, s0, *, C=16, factors=bf16, mats=hi_lo, state=bf16, u=bf16, kr=bf16, scale=None,
-            out=None):
+            out=None, ap_ops=tf32, w_ops=tf32):
     B, T, H, K = q.shape
     V, scale = v.shape[-1], K**-0.5 if scale is None else scale
     q, k, v, g, beta = (x.float() for x in (q, k, v, g, beta))
@@ -80,9 +81,9 @@ def emulate(q, k, v, g, beta, s0, *, C=16, factors=bf16, mats=hi_lo, state=bf16,
         n = qc.shape[2]
         G = gc.cumsum(2)
         Kd, Qd = kc * G.exp(), qc * scale * G.exp()
-        A, P = a_and_p(qc, kc, G, scale)
+        A, P = a_and_p(qc, kc, G, scale, ap_ops)
         M = torch.linalg.inv(torch.eye(n) + bc.unsqueeze(-1) * A) * bc.unsqueeze(-2)
-        W, Qg = factors(tf32(M) @ tf32(Kd)), factors(Qd)
+        W, Qg = factors(w_ops(M) @ w_ops(Kd)), factors(Qd)
         Kr, eG = kr(kc * (G[:, :, -1:] - G).exp()), G[:, :, -1].exp()
         Sx = state(S)
         U = mats(M) @ vc - W @ Sx
@@ -97,6 +98,10 @@ def fp16(x):
 
 VARIANTS = {
     "as built": {},
+    # what bf16 m16n8k16 products in the prepare (half the mma and conversion instructions of tf32
+    # m16n8k8) would cost in precision
+    "A/P bf16 operands": dict(ap_ops=bf16),
+    "A/P, W bf16 operands": dict(ap_ops=bf16, w_ops=bf16),
     "M', P bf16 alone": dict(mats=bf16),
     "M', P fp32": dict(mats=exact),
     "S tf32": dict(state=tf32),
