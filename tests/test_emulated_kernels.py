@@ -98,8 +98,8 @@ def test_small_bh_runs_unstitched_segments_at_once_only_where_all_start_warm(ker
     warm only about 23 chunks back (g in [-0.4, 0]), past warm_start_at's first rounds of bounds."""
     from kdactl.kda.segments import WARM_CHUNKS
 
-    plan = segments(3000, 4, FEW_SMS)
-    assert 2 <= plan <= SMALL_BH_MAX_UNSTITCHED and 3000 // 16 // plan > WARM_CHUNKS
+    count = segments(3000, 4, FEW_SMS)
+    assert 2 <= count <= SMALL_BH_MAX_UNSTITCHED and 3000 // 16 // count > WARM_CHUNKS
     g_range = {"cold": (-0.02, 0.0), "slow": (-0.4, 0.0)}.get(gates, (-8.0, 0.0))
     x, s0, _ = random_inputs(1, 3000, 4, with_state=True, g_range=g_range)
     if gates == "warm-then-cold":
