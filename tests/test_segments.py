@@ -47,13 +47,15 @@ def test_segment_starts_counts_every_sequence_head_and_later_segment():
     slots = 2 * 100 + 2
     bounds = [[-25.0, 0.0] for _ in range(slots)]  # head 0 forgets in a chunk, head 1 never
     starts = segment_starts(bounds, [1600, 1600], 40)  # 3 segments a sequence: none is stitched
-    assert starts == SegmentStarts(warm=4, stitched=0, walked_on=4)
-    assert str(starts) == "4 of 8 segment starts warm (decay bound), 0 stitched, 4 walked without a stitch"
+    assert starts == SegmentStarts(warm=4, stitched=0, walked_on=4, longest_walk=1)
+    assert str(starts) == "4 of 8 segment starts warm (decay bound, up to 1 chunk back), 0 stitched, 4 walked without a stitch"
     assert str(SegmentStarts(warm=4, stitched=4)) == "4 of 8 segment starts warm (decay bound), 4 stitched"
     # 10 segments of 10 chunks (more than SMALL_BH_MAX_UNSTITCHED) are stitched; within WARM_CHUNKS of its
     # sequence's start a segment starts exactly from there, however weak the decay
     starts = segment_starts(bounds, [1600, 1600], 10)
-    assert starts == SegmentStarts(warm=2 * 9 + 2 * 3, stitched=2 * 6)  # head 1 from 40, 50, .. 90; 10, 20, 30 reach chunk 0
+    # head 1 from 40, 50, .. 90; 10, 20, 30 reach chunk 0, walking back 30 chunks at the most
+    assert starts == SegmentStarts(warm=2 * 9 + 2 * 3, stitched=2 * 6, longest_walk=30)
+    assert str(starts) == "24 of 36 segment starts warm (decay bound, up to 30 chunks back), 12 stitched"
 
 
 def test_segment_starts_counts_the_known_segments_walked_in_halves():
@@ -64,9 +66,10 @@ def test_segment_starts_counts_the_known_segments_walked_in_halves():
     # head 0: all 6 segments known, every middle (20, 60, .. 220) warm; head 1: segment 0 known (middle 20
     # reaches chunk 0), segments 1, 2, 4, 5 start cold (stitched), segment 3 (from 120: 119 .. 105 sum 0,
     # 104 forgets) known and its middle 140 walks back 139 .. 108 without a forgetting chunk: whole
-    assert starts == SegmentStarts(warm=5 + 1, stitched=4, halved=6 + 1), starts
+    assert starts == SegmentStarts(warm=5 + 1, stitched=4, halved=6 + 1, longest_walk=120 - 104), starts
     assert str(starts).endswith("4 stitched; 7 segments walked in two halves")
-    assert segment_starts(bounds, [16 * 240], 40) == SegmentStarts(warm=6, stitched=4)  # no halves: the grid's two waves
+    no_halves = SegmentStarts(warm=6, stitched=4, longest_walk=16)  # the grid's two waves
+    assert segment_starts(bounds, [16 * 240], 40) == no_halves
     # a known segment shorter than MIN_HALVED_CHUNKS is walked whole: 241 chunks, head 0's seventh (chunk 240)
     longer = segment_starts(bounds, [16 * 241], 40, halves=True)
     assert (longer.warm, longer.halved) == (6 + 1, 6 + 1), longer
@@ -81,11 +84,12 @@ def test_segment_starts_reads_a_varlen_batchs_slots():
     # segments of 16 chunks: the first sequence has none after its first; the second starts 16, 32, 48;
     # the walk from 32 meets chunk 28 (warm), from 48 it reaches 28 within 32 chunks (warm), from 16 it
     # reaches chunk 0 of its own sequence (exact, warm); the third has one segment
-    assert segment_starts(bounds, lengths, 16) == SegmentStarts(warm=3, stitched=0)
+    assert segment_starts(bounds, lengths, 16) == SegmentStarts(warm=3, stitched=0, longest_walk=48 - 28)
     bounds[3 + 28][0] = 0.0  # now only the start at 48 walks 32 chunks (47 .. 16) without reaching chunk 0:
     # a sequence of 4 segments is not stitched, one of 5 (12 chunks a segment) is
-    assert segment_starts(bounds, lengths, 16) == SegmentStarts(warm=2, stitched=0, walked_on=1)
-    assert segment_starts(bounds, lengths, 12) == SegmentStarts(warm=2, stitched=2)  # 12 and 24 reach chunk 0; 36, 48
+    assert segment_starts(bounds, lengths, 16) == SegmentStarts(warm=2, stitched=0, walked_on=1, longest_walk=32)
+    # 12 and 24 reach chunk 0; 36, 48 stitched
+    assert segment_starts(bounds, lengths, 12) == SegmentStarts(warm=2, stitched=2, longest_walk=24)
 
 
 def test_bench_says_how_small_bhs_checked_call_started(monkeypatch):

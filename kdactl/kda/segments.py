@@ -29,10 +29,13 @@ class SegmentStarts:
     # a varlen batch the walk of the segment before it on through it
     walked_on: int = 0
     halved: int = 0  # known segments (segment 0s included) walked in two halves at once (small_bh_halves)
+    # the most chunks a warm start walks before its segment's first (to the sequence's start where it reaches it)
+    longest_walk: int = 0
 
     def __str__(self) -> str:
         total = self.warm + self.stitched + self.walked_on
-        text = f"{self.warm} of {total} segment starts warm (decay bound), {self.stitched} stitched"
+        walk = f", up to {self.longest_walk} chunk{'s' * (self.longest_walk != 1)} back" if self.longest_walk else ""
+        text = f"{self.warm} of {total} segment starts warm (decay bound{walk}), {self.stitched} stitched"
         text += f", {self.walked_on} walked without a stitch" if self.walked_on else ""
         return text + (f"; {self.halved} segments walked in two halves" if self.halved else "")
 
@@ -62,7 +65,7 @@ def segment_starts(
     + n + c. A start that is not warm is stitched where its sequence has more than SMALL_BH_MAX_UNSTITCHED
     segments, else walked on. With ``halves`` (the call's small_bh_halves), a known segment of a stitched
     sequence whose middle chunk starts warm too is counted as walked in two halves."""
-    warm = stitched = walked_on = halved = bos = 0
+    warm = stitched = walked_on = halved = longest_walk = bos = 0
     heads = len(log2_bounds[0]) if len(log2_bounds) else 0
     for n, length in enumerate(lengths):
         slot0, chunks = bos // CHUNK + n, -(-length // CHUNK)
@@ -70,16 +73,18 @@ def segment_starts(
         for h in range(heads):
             column = [log2_bounds[slot0 + c][h] for c in range(chunks)]
             for first in range(0, chunks, segment_chunks):
-                known = warm_start(column, first) is not None
+                start = warm_start(column, first)
+                known = start is not None
                 if first > 0:
                     warm += known
+                    longest_walk = max(longest_walk, first - start) if start is not None else longest_walk
                     walked_on += not known and unstitched
                     stitched += not known and not unstitched
                 end = min(chunks, first + segment_chunks)
                 if halves and known and not unstitched and end - first >= MIN_HALVED_CHUNKS:
                     halved += warm_start(column, first + (end - first + 1) // 2) is not None
         bos += length
-    return SegmentStarts(warm, stitched, walked_on, halved)
+    return SegmentStarts(warm, stitched, walked_on, halved, longest_walk)
 
 
 def bounds_offset(p: KdaProblem, dev: DeviceInfo, workspace_bytes=None) -> int:
