@@ -77,7 +77,8 @@ def segment_starts(
                 known = start is not None
                 if first > 0:
                     warm += known
-                    longest_walk = max(longest_walk, first - start) if start is not None else longest_walk
+                    if start is not None:
+                        longest_walk = max(longest_walk, first - start)
                     walked_on += not known and unstitched
                     stitched += not known and not unstitched
                 end = min(chunks, first + segment_chunks)
