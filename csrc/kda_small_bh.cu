@@ -166,21 +166,31 @@ __global__ void __launch_bounds__(kTableThreads) kda_small_bh_units(const kdactl
 #endif
 }
 
-// One CTA per (sequence, head, kStitchCols value columns), thread k owns row k of the start state.
+// One CTA per (sequence, head, kStitchCols value columns): thread k of group 0 owns row k of the start
+// state, and each step's sum over K is split among SPLIT groups of K threads (group i takes the rows j of
+// M^T in its share; groups 1.. hand their partial sums to group 0 through shared memory). With the next
+// M^T in flight (BUFS == 2) a step waited on one warp an SM scheduler and its FMA chains: split 4 ways,
+// B1 T32768 H8's 16 segments took 39.8 us where they took 52.2 (H100). With one buffer the loads are
+// what a step waits on, and three unsplit CTAs an SM hide them better than two split ones.
 // M^T_p is staged in shared memory, the next one in flight while this one is used when BUFS == 2.
 // Step p makes S_{p+1}, only for a replay that reads it (segment p + 1 does not start warm): from M_p
 // and E_p, or E_p itself when segment p started warm (its reduction ran from there to an absolute end).
+template <int BUFS>
+__host__ __device__ constexpr int stitch_split() { return BUFS == 2 ? 4 : 1; }
 template <int K, int V, int BUFS>
-__global__ void __launch_bounds__(K)
+__global__ void __launch_bounds__(K * stitch_split<BUFS>())
     kda_small_bh_stitch(const kdactl_kda_args a, const unsigned char* ws, const Segments sg) {
 #ifdef KDACTL_ARCH_MISMATCH
   __trap();
 #else
+  constexpr int kSplit = stitch_split<BUFS>(), kThreads = K * kSplit, kSpan = K / kSplit;
   extern __shared__ __align__(16) float stitch_smem[];
   float* maps = stitch_smem;          // [BUFS][K][K]: M^T, so that thread k reads column k (no conflicts)
   float* start = maps + BUFS * K * K;  // [K][kStitchCols]: S_p, this CTA's columns
-  unsigned* warm = reinterpret_cast<unsigned*>(start + K * kStitchCols);  // bit p: segment p starts warm
-  const int k = threadIdx.x, col0 = blockIdx.x * kStitchCols, h = blockIdx.y, H = a.heads;
+  float* part = start + K * kStitchCols;  // [kSplit - 1][K][kStitchCols]: groups 1..'s partial sums
+  unsigned* warm = reinterpret_cast<unsigned*>(part + (kSplit - 1) * K * kStitchCols);  // bit p: starts warm
+  const int tid = threadIdx.x, k = tid % K, group = tid / K;
+  const int col0 = blockIdx.x * kStitchCols, h = blockIdx.y, H = a.heads;
   const int64_t n = blockIdx.z;
   const int64_t unit0 = sg.seq_unit0 ? sg.seq_unit0[n] : n * sg.count;  // this sequence's segment 0
   const int P = sg.seq_unit0 ? sg.seq_unit0[n + 1] - static_cast<int>(unit0) : sg.count;
@@ -188,20 +198,21 @@ __global__ void __launch_bounds__(K)
   auto seg = [&](int p) { return (unit0 + p) * H + h; };
   auto load_map = [&](int p, int buf) {
     const float* src = sg.maps + seg(p) * K * K;
-    for (int i = k; i < K * K / 4; i += K) cp_async16(maps + buf * K * K + 4 * i, src + 4 * i);
+    for (int i = tid; i < K * K / 4; i += kThreads) cp_async16(maps + buf * K * K + 4 * i, src + 4 * i);
     cp_async_commit();
   };
   auto row = [&](int p) { return sg.ends + seg(p) * K * V + k * V + col0; };
-  auto load_start = [&](int p) {  // S_{p+1} = E_p
+  auto load_start = [&](int p) {  // S_{p+1} = E_p, by group 0
+    if (group != 0) return;
     *reinterpret_cast<float4*>(start + k * kStitchCols) = *reinterpret_cast<const float4*>(row(p));
     *reinterpret_cast<float4*>(start + k * kStitchCols + 4) = *reinterpret_cast<const float4*>(row(p) + 4);
   };
 
   int64_t bos, eos;
   kdactl::sequence_bounds(a, n, bos, eos);
-  for (int i = k; i < (P + 31) / 32; i += K) warm[i] = 0u;
+  for (int i = tid; i < (P + 31) / 32; i += kThreads) warm[i] = 0u;
   __syncthreads();
-  for (int p = k; p < P; p += K)
+  for (int p = tid; p < P; p += kThreads)
     if (warm_start(sg, bos / C + n, h, H, p) >= 0) atomicOr(&warm[p / 32], 1u << (p % 32));
   __syncthreads();
   auto is_warm = [&](int p) { return (warm[p / 32] >> (p % 32)) & 1u; };
@@ -220,7 +231,8 @@ __global__ void __launch_bounds__(K)
       load_start(p);
       continue;
     }
-    const float4 e_lo = *reinterpret_cast<const float4*>(row(p)), e_hi = *reinterpret_cast<const float4*>(row(p) + 4);
+    float4 e_lo{}, e_hi{};  // E_p joins after the product, so that its load overlaps it
+    if (group == 0) e_lo = *reinterpret_cast<const float4*>(row(p)), e_hi = *reinterpret_cast<const float4*>(row(p) + 4);
     const int next = next_mapped(p + 1);
     if (BUFS == 2 && next <= P - 2) {
       load_map(next, buf ^ 1);
@@ -229,10 +241,11 @@ __global__ void __launch_bounds__(K)
       kdactl::cp_async_wait_all();
     }
     __syncthreads();  // M^T_p and S_p are in
-    float acc[kStitchCols] = {};  // E_p joins after the product, so that its load overlaps it
+    float acc[kStitchCols] = {};
     const float* mt = maps + buf * K * K;
 #pragma unroll 8
-    for (int j = 0; j < K; ++j) {
+    for (int jj = 0; jj < kSpan; ++jj) {
+      const int j = group * kSpan + jj;
       const float m = mt[j * K + k];
       const float4 lo = *reinterpret_cast<const float4*>(start + j * kStitchCols);
       const float4 hi = *reinterpret_cast<const float4*>(start + j * kStitchCols + 4);
@@ -241,34 +254,51 @@ __global__ void __launch_bounds__(K)
       acc[4] = fmaf(m, hi.x, acc[4]), acc[5] = fmaf(m, hi.y, acc[5]);
       acc[6] = fmaf(m, hi.z, acc[6]), acc[7] = fmaf(m, hi.w, acc[7]);
     }
-    __syncthreads();  // everyone is done with S_p and this buffer
-    const float4 lo = make_float4(acc[0] + e_lo.x, acc[1] + e_lo.y, acc[2] + e_lo.z, acc[3] + e_lo.w);
-    const float4 hi = make_float4(acc[4] + e_hi.x, acc[5] + e_hi.y, acc[6] + e_hi.z, acc[7] + e_hi.w);
-    *reinterpret_cast<float4*>(start + k * kStitchCols) = lo;
-    *reinterpret_cast<float4*>(start + k * kStitchCols + 4) = hi;
-    *reinterpret_cast<float4*>(row(p)) = lo;  // S_{p+1}, where segment p + 1's replay reads it
-    *reinterpret_cast<float4*>(row(p) + 4) = hi;
+    if (group > 0) {
+      float* mine = part + ((group - 1) * K + k) * kStitchCols;
+      *reinterpret_cast<float4*>(mine) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      *reinterpret_cast<float4*>(mine + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    }
+    __syncthreads();  // the partial sums are in, and everyone is done with S_p and this buffer
+    if (group == 0) {
+#pragma unroll
+      for (int i = 0; i < kSplit - 1; ++i) {
+        const float* theirs = part + (i * K + k) * kStitchCols;
+#pragma unroll
+        for (int c = 0; c < kStitchCols; ++c) acc[c] += theirs[c];
+      }
+      const float4 lo = make_float4(acc[0] + e_lo.x, acc[1] + e_lo.y, acc[2] + e_lo.z, acc[3] + e_lo.w);
+      const float4 hi = make_float4(acc[4] + e_hi.x, acc[5] + e_hi.y, acc[6] + e_hi.z, acc[7] + e_hi.w);
+      *reinterpret_cast<float4*>(start + k * kStitchCols) = lo;
+      *reinterpret_cast<float4*>(start + k * kStitchCols + 4) = hi;
+      *reinterpret_cast<float4*>(row(p)) = lo;  // S_{p+1}, where segment p + 1's replay reads it
+      *reinterpret_cast<float4*>(row(p) + 4) = hi;
+    }
     if (BUFS == 1 && next <= P - 2) load_map(next, 0);
     if (BUFS == 2) buf ^= 1;
   }
 #endif
 }
 
-// Two M^T buffers (132 KB at K = 128: one CTA an SM) only where the grid fits the SMs once; past that,
+// Two M^T buffers (148 KB at K = 128: one CTA an SM) only where the grid fits the SMs once; past that,
 // one buffer lets three CTAs share an SM and hide each other's loads in one wave, where two buffers took
 // two (B1 H12: 192 CTAs on 132 SMs), also where every segment starts warm and each CTA only returns.
 template <int K, int V>
 int launch_stitch(const kdactl_kda_args& a, const Segments& sg, int sms, int optin, cudaStream_t stream) {
   const dim3 grid(V / kStitchCols, a.heads, static_cast<unsigned>(a.batch));
   const size_t warm_bits = (sg.count + 31) / 32 * sizeof(unsigned);
-  auto bytes = [&](int bufs) { return (static_cast<size_t>(bufs) * K * K + K * kStitchCols) * sizeof(float) + warm_bits; };
+  auto bytes = [&](int bufs) {  // M^T buffers, the start state and the partial sums
+    const int split = bufs == 2 ? stitch_split<2>() : stitch_split<1>();
+    return (static_cast<size_t>(bufs) * K * K + split * K * kStitchCols) * sizeof(float) + warm_bits;
+  };
   const bool one_wave = static_cast<int64_t>(grid.x) * grid.y * grid.z <= sms;
   const bool two = one_wave && bytes(2) <= static_cast<size_t>(optin);
   auto kernel = two ? kda_small_bh_stitch<K, V, 2> : kda_small_bh_stitch<K, V, 1>;
   const size_t smem = bytes(two ? 2 : 1);
   if (smem > static_cast<size_t>(optin)) return KDACTL_ERR_UNSUPPORTED;
   if (int rc = set_smem(kernel, smem)) return rc;
-  kernel<<<grid, K, smem, stream>>>(a, static_cast<const unsigned char*>(a.workspace), sg);
+  const int threads = K * (two ? stitch_split<2>() : stitch_split<1>());
+  kernel<<<grid, threads, smem, stream>>>(a, static_cast<const unsigned char*>(a.workspace), sg);
   return kdactl_launch_status();
 }
 
