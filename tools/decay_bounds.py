@@ -8,7 +8,8 @@ from the reference row, so that A and P are formed level by level: steep_a_p, ab
 
 One line per head: exp(A_log), the median and largest ||T||_2 over the chunks, the same for the
 bound, the warm-up chunks a segment start needs (median, worst; '-' past kWarmChunks: stitched), and the
-share of its chunks that take the steep path."""
+share of its chunks that take the steep path; last, how steeply the chunks decay (each chunk's largest
+decay among its keys, over every chunk and head)."""
 import argparse
 import math
 
@@ -64,6 +65,11 @@ def main() -> None:
         warm = f"{med(done)} / {max(done)}" if len(done) == len(walks) else f"- ({len(walks) - len(done)} of {len(walks)} stitched)"
         print(f"  head {h}: exp(A_log) {x['A_log'][h].exp().item():5.2f}  ||T|| median {med(norms):.1e} max {max(norms):.1e}"
               f"  bound median {med(bounds):.1e} max {max(bounds):.1e}  warm-up chunks {warm}  steep {steeps / args.chunks:.0%}")
+    # How steep: a chunk's largest decay over its 16 tokens among the keys, in nats (-G at its last row).
+    spread = -g[0].double().view(args.chunks, C, args.heads, -1).sum(1).amin(-1)  # [chunks, heads]
+    p10, p50, p90 = torch.quantile(spread.flatten(), torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)).tolist()
+    print(f"largest decay over a chunk among the keys (nats), over every (chunk, head): 10 % {p10:.0f}, "
+          f"median {p50:.0f}, 90 % {p90:.0f} (kShiftLimit: {SHIFT_LIMIT:.0f} either side of the reference row)")
 
 
 if __name__ == "__main__":
