@@ -175,15 +175,14 @@ __global__ void __launch_bounds__(kTableThreads) kda_small_bh_units(const kdactl
 // M^T_p is staged in shared memory, the next one in flight while this one is used when BUFS == 2.
 // Step p makes S_{p+1}, only for a replay that reads it (segment p + 1 does not start warm): from M_p
 // and E_p, or E_p itself when segment p started warm (its reduction ran from there to an absolute end).
-template <int BUFS>
-__host__ __device__ constexpr int stitch_split() { return BUFS == 2 ? 4 : 1; }
+__host__ __device__ constexpr int stitch_split(int bufs) { return bufs == 2 ? 4 : 1; }
 template <int K, int V, int BUFS>
-__global__ void __launch_bounds__(K * stitch_split<BUFS>())
+__global__ void __launch_bounds__(K * stitch_split(BUFS))
     kda_small_bh_stitch(const kdactl_kda_args a, const unsigned char* ws, const Segments sg) {
 #ifdef KDACTL_ARCH_MISMATCH
   __trap();
 #else
-  constexpr int kSplit = stitch_split<BUFS>(), kThreads = K * kSplit, kSpan = K / kSplit;
+  constexpr int kSplit = stitch_split(BUFS), kThreads = K * kSplit, kSpan = K / kSplit;
   extern __shared__ __align__(16) float stitch_smem[];
   float* maps = stitch_smem;          // [BUFS][K][K]: M^T, so that thread k reads column k (no conflicts)
   float* start = maps + BUFS * K * K;  // [K][kStitchCols]: S_p, this CTA's columns
@@ -288,8 +287,7 @@ int launch_stitch(const kdactl_kda_args& a, const Segments& sg, int sms, int opt
   const dim3 grid(V / kStitchCols, a.heads, static_cast<unsigned>(a.batch));
   const size_t warm_bits = (sg.count + 31) / 32 * sizeof(unsigned);
   auto bytes = [&](int bufs) {  // M^T buffers, the start state and the partial sums
-    const int split = bufs == 2 ? stitch_split<2>() : stitch_split<1>();
-    return (static_cast<size_t>(bufs) * K * K + split * K * kStitchCols) * sizeof(float) + warm_bits;
+    return (static_cast<size_t>(bufs) * K * K + stitch_split(bufs) * K * kStitchCols) * sizeof(float) + warm_bits;
   };
   const bool one_wave = static_cast<int64_t>(grid.x) * grid.y * grid.z <= sms;
   const bool two = one_wave && bytes(2) <= static_cast<size_t>(optin);
@@ -297,8 +295,7 @@ int launch_stitch(const kdactl_kda_args& a, const Segments& sg, int sms, int opt
   const size_t smem = bytes(two ? 2 : 1);
   if (smem > static_cast<size_t>(optin)) return KDACTL_ERR_UNSUPPORTED;
   if (int rc = set_smem(kernel, smem)) return rc;
-  const int threads = K * (two ? stitch_split<2>() : stitch_split<1>());
-  kernel<<<grid, threads, smem, stream>>>(a, static_cast<const unsigned char*>(a.workspace), sg);
+  kernel<<<grid, K * stitch_split(two ? 2 : 1), smem, stream>>>(a, static_cast<const unsigned char*>(a.workspace), sg);
   return kdactl_launch_status();
 }
 
