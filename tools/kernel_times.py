@@ -15,10 +15,23 @@ FlashKDA's tests (A_log, dt_bias ~ U(0, 1): every channel decays strongly, so sm
 The raw g is bf16, as engines and kdactl bench pass it; --g-fp32 passes it in fp32 (another
 instantiation of the prepare, with times of its own).
 It names its configurations itself (not through kdactl.bench.configs): `gpu_visit.sh gate-ab` runs it
-against an older kdactl too, which has only kdactl.kda's names."""
+against an older kdactl too, which has only kdactl.kda's names.
+
+--case: more configurations in the same process, each in the first one's syntax, so that torch's start,
+the library's load and the profiler's are paid once (28 runs of one shape each took 377 s on an H100, for
+kernels that run for milliseconds). --brief: one line a shape, each
+kernel's microseconds a call in launch order and their sum (kReduce and kReplay told apart):
+
+    python3 tools/kernel_times.py --brief --config softplus --gates test small_bh 1,32768,8 \
+        --case "--config bound --gates flashkda small_bh 1,8192,64" --case "chunk 1,8192,64"
+"""
+
 import argparse
+import re
+import shlex
 
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 import kdactl
@@ -58,15 +71,48 @@ def call_args(B, T, H, config, gates, g_fp32=False):
     return x, extra
 
 
-def main():
-    ap = argparse.ArgumentParser()
+CALLS = 3  # profiled calls a shape, after one that builds and warms
+PASSES = {"0": "whole", "1": "reduce", "2": "replay"}  # chunk::Pass, as a demangled name spells it
+
+
+def kernel_label(name):
+    """A kernel's short label from its demangled name: kda_chunk_prepare<...> -> chunk_prepare,
+    kda_chunk_recur<..., (kdactl::chunk::Pass)1, ...> -> chunk_recur.reduce."""
+    base = re.search(r"kda_([a-z0-9_]+)", name)
+    label = base.group(1) if base else name[:40]
+    pass_ = re.search(r"Pass\)\s*(\d)|Pass::k(\w+)", name)
+    if pass_:
+        label += "." + (PASSES.get(pass_.group(1), pass_.group(1)) if pass_.group(1) else pass_.group(2).lower())
+    return label
+
+
+def brief_line(title, kernels):
+    """One shape's line: `kernels` is [(label, microseconds a call)] in launch order."""
+    parts = "; ".join(f"{label} {us:.1f}" for label, us in kernels)
+    return f"{title}: {parts}; total {sum(us for _, us in kernels):.1f} us"
+
+
+def launched_kernels(prof):
+    """The profiled kda kernels as [(label, microseconds a call)], in the order of their first launch."""
+    first = {}
+    for evt in prof.events():  # kernels only: the eager call's op (kdactl::kda_prefill_) has their time too
+        if evt.device_type == DeviceType.CUDA and "kda_" in evt.name and evt.name not in first:
+            first[evt.name] = evt.time_range.start
+    totals = {avg.key: avg.device_time_total for avg in prof.key_averages() if avg.key in first}
+    return [(kernel_label(name), totals[name] / CALLS) for name in sorted(totals, key=first.get)]
+
+
+def case_parser():
+    ap = argparse.ArgumentParser(add_help=False)
     ap.add_argument("--config", default="plain", choices=list(CONFIGS))
     ap.add_argument("--gates", default="test", choices=["test", "init", "flashkda"])
     ap.add_argument("--g-fp32", action="store_true", help="the raw g in fp32 (default bf16, as engines pass it)")
-    ap.add_argument("--bare", action="store_true", help="the calls alone, without the profiler (for ncu)")
     ap.add_argument("route")
     ap.add_argument("shapes", nargs="+")
-    args = ap.parse_args()
+    return ap
+
+
+def time_case(args, bare, brief):
     route, _, tuning = args.route.partition(":")
     tuning = tuning_argument(tuning or "auto")
     for spec in args.shapes:
@@ -74,17 +120,40 @@ def main():
         x, extra = call_args(B, T, H, args.config, args.gates, args.g_fp32)
         prefill(**x, **extra, route=route, tuning=tuning)
         torch.cuda.synchronize()
-        if args.bare:
-            for _ in range(3):
+        if bare:
+            for _ in range(CALLS):
                 prefill(**x, **extra, route=route, tuning=tuning)
             torch.cuda.synchronize()
             continue
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(3):
+            for _ in range(CALLS):
                 prefill(**x, **extra, route=route, tuning=tuning)
             torch.cuda.synchronize()
-        print(f"== {route} tuning {tuning} {args.config} gates={args.gates}{' g=fp32' if args.g_fp32 else ''} B{B} T{T} H{H} (3 calls, {kdactl.__file__})")
+        title = (
+            f"{route} tuning {tuning} {args.config} gates={args.gates}{' g=fp32' if args.g_fp32 else ''} B{B} T{T} H{H}"
+        )
+        if brief:
+            print(brief_line(title, launched_kernels(prof)), flush=True)
+            continue
+        print(f"== {title} ({CALLS} calls, {kdactl.__file__})")
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=8, max_name_column_width=70))
+
+
+def main():
+    ap = argparse.ArgumentParser(parents=[case_parser()])
+    ap.add_argument("--bare", action="store_true", help="the calls alone, without the profiler (for ncu)")
+    ap.add_argument("--brief", action="store_true", help="one line a shape: each kernel's microseconds a call")
+    ap.add_argument(
+        "--case",
+        action="append",
+        default=[],
+        metavar="ARGS",
+        help="another configuration in the first one's syntax, timed in this process after it",
+    )
+    args = ap.parse_args()
+    cases = [args] + [case_parser().parse_args(shlex.split(case)) for case in args.case]
+    for case in cases:
+        time_case(case, args.bare, args.brief)
 
 
 if __name__ == "__main__":
