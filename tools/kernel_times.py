@@ -19,8 +19,8 @@ against an older kdactl too, which has only kdactl.kda's names.
 
 --case: more configurations in the same process, each in the first one's syntax, so that torch's start,
 the library's load and the profiler's are paid once (28 runs of one shape each took 377 s on an H100, for
-kernels that run for milliseconds). --brief: one line a shape, each
-kernel's microseconds a call in launch order and their sum (kReduce and kReplay told apart):
+kernels that run for milliseconds). --brief: one line a shape, each kernel's microseconds a call in
+launch order and their sum (kReduce and kReplay told apart):
 
     python3 tools/kernel_times.py --brief --config softplus --gates test small_bh 1,32768,8 \
         --case "--config bound --gates flashkda small_bh 1,8192,64" --case "chunk 1,8192,64"
