@@ -291,11 +291,12 @@ int launch_stitch(const kdactl_kda_args& a, const Segments& sg, int sms, int opt
   };
   const bool one_wave = static_cast<int64_t>(grid.x) * grid.y * grid.z <= sms;
   const bool two = one_wave && bytes(2) <= static_cast<size_t>(optin);
+  const int bufs = two ? 2 : 1;
   auto kernel = two ? kda_small_bh_stitch<K, V, 2> : kda_small_bh_stitch<K, V, 1>;
-  const size_t smem = bytes(two ? 2 : 1);
+  const size_t smem = bytes(bufs);
   if (smem > static_cast<size_t>(optin)) return KDACTL_ERR_UNSUPPORTED;
   if (int rc = set_smem(kernel, smem)) return rc;
-  kernel<<<grid, K * stitch_split(two ? 2 : 1), smem, stream>>>(a, static_cast<const unsigned char*>(a.workspace), sg);
+  kernel<<<grid, K * stitch_split(bufs), smem, stream>>>(a, static_cast<const unsigned char*>(a.workspace), sg);
   return kdactl_launch_status();
 }
 
