@@ -13,7 +13,10 @@ configurations (q/k l2norm, beta sigmoid and the gate in the kernel; bound with 
 initialization (dt_bias = softplus^-1 of dt ~ logU(1e-3, 0.1), as fla's KDA layer draws it) or
 FlashKDA's tests (A_log, dt_bias ~ U(0, 1): every channel decays strongly, so small_bh's segments start warm).
 The raw g is bf16, as engines and kdactl bench pass it; --g-fp32 passes it in fp32 (another
-instantiation of the prepare, with times of its own).
+instantiation of the prepare, with times of its own). --as-plain transforms a fused configuration's
+inputs on the host (kdactl.reference.fused_inputs: q, k normalized, the gate as an fp32 log decay, beta's
+sigmoid) and calls the plain path on them: the same decays, so the difference is what the transforms in
+the kernel cost (the plain configuration's own draw, logsigmoid(N(0, 1)), decays far less than fla's).
 It names its configurations itself (not through kdactl.bench.configs): `gpu_visit.sh gate-ab` runs it
 against an older kdactl too, which has only kdactl.kda's names.
 
@@ -39,12 +42,13 @@ from kdactl.kda import prefill
 from kdactl.kda.fused import BETA_SIGMOID, GATE_LOWER_BOUND, GATE_SOFTPLUS, Fused
 from kdactl.kda.inputs import random_inputs
 from kdactl.kda.tuning import tuning_argument
+from kdactl.reference import fused_inputs
 
 CONFIGS = {"plain": None, "bound": Fused(True, BETA_SIGMOID, GATE_LOWER_BOUND, -5.0),
            "softplus": Fused(True, BETA_SIGMOID, GATE_SOFTPLUS)}  # fmt: skip
 
 
-def call_args(B, T, H, config, gates, g_fp32=False):
+def call_args(B, T, H, config, gates, g_fp32=False, as_plain=False):
     x, _, _ = random_inputs(B, T, H, device="cuda", seed=1)
     fused = CONFIGS[config]
     if fused is None:
@@ -68,6 +72,10 @@ def call_args(B, T, H, config, gates, g_fp32=False):
     extra = {"fused": fused, "A_log": A_log, "dt_bias": dt_bias}
     if config == "bound":
         extra["state_v_first"] = True
+    if as_plain:  # the same decays, transformed here: what the plain path costs on them
+        q, k, g, beta = fused_inputs(x["q"], x["k"], x["v"], x["g"], x["beta"], fused, A_log, dt_bias)
+        x.update(q=q.to(x["q"].dtype), k=k.to(x["k"].dtype), g=g.float(), beta=beta.to(x["beta"].dtype))
+        return x, {"state_v_first": True} if config == "bound" else {}
     return x, extra
 
 
@@ -107,6 +115,10 @@ def case_parser():
     ap.add_argument("--config", default="plain", choices=list(CONFIGS))
     ap.add_argument("--gates", default="test", choices=["test", "init", "flashkda"])
     ap.add_argument("--g-fp32", action="store_true", help="the raw g in fp32 (default bf16, as engines pass it)")
+    ap.add_argument("--as-plain", action="store_true",
+                    help="a fused configuration's inputs transformed on the host (q, k normalized, the gate as an "
+                         "fp32 log decay, beta's sigmoid) and passed to the plain path: the same decays, no transform "
+                         "in the kernel")  # fmt: skip
     ap.add_argument("route")
     ap.add_argument("shapes", nargs="+")
     return ap
@@ -117,7 +129,7 @@ def time_case(args, bare, brief):
     tuning = tuning_argument(tuning or "auto")
     for spec in args.shapes:
         B, T, H = map(int, spec.split(","))
-        x, extra = call_args(B, T, H, args.config, args.gates, args.g_fp32)
+        x, extra = call_args(B, T, H, args.config, args.gates, args.g_fp32, args.as_plain)
         prefill(**x, **extra, route=route, tuning=tuning)
         torch.cuda.synchronize()
         if bare:
@@ -129,9 +141,8 @@ def time_case(args, bare, brief):
             for _ in range(CALLS):
                 prefill(**x, **extra, route=route, tuning=tuning)
             torch.cuda.synchronize()
-        title = (
-            f"{route} tuning {tuning} {args.config} gates={args.gates}{' g=fp32' if args.g_fp32 else ''} B{B} T{T} H{H}"
-        )
+        config = f"{args.config}{' as plain' if args.as_plain else ''}"
+        title = f"{route} tuning {tuning} {config} gates={args.gates}{' g=fp32' if args.g_fp32 else ''} B{B} T{T} H{H}"
         if brief:
             print(brief_line(title, launched_kernels(prof)), flush=True)
             continue
