@@ -52,6 +52,8 @@ def call_args(B, T, H, config, gates, g_fp32=False, as_plain=False):
     x, _, _ = random_inputs(B, T, H, device="cuda", seed=1)
     fused = CONFIGS[config]
     if fused is None:
+        if as_plain:
+            raise SystemExit("--as-plain takes a fused configuration (--config bound or softplus), not plain")
         return x, {}
     gen = torch.Generator(device="cuda").manual_seed(2)
     K = x["q"].shape[-1]
@@ -69,14 +71,12 @@ def call_args(B, T, H, config, gates, g_fp32=False, as_plain=False):
             torch.tensor(1e-3))) + torch.log(torch.tensor(1e-3))  # fmt: skip
         dt = dt.exp()
         dt_bias = dt + torch.log(-torch.expm1(-dt))
-    extra = {"fused": fused, "A_log": A_log, "dt_bias": dt_bias}
-    if config == "bound":
-        extra["state_v_first"] = True
+    layout = {"state_v_first": True} if config == "bound" else {}
     if as_plain:  # the same decays, transformed here: what the plain path costs on them
         q, k, g, beta = fused_inputs(x["q"], x["k"], x["v"], x["g"], x["beta"], fused, A_log, dt_bias)
         x.update(q=q.to(x["q"].dtype), k=k.to(x["k"].dtype), g=g.float(), beta=beta.to(x["beta"].dtype))
-        return x, {"state_v_first": True} if config == "bound" else {}
-    return x, extra
+        return x, layout
+    return x, {"fused": fused, "A_log": A_log, "dt_bias": dt_bias, **layout}
 
 
 CALLS = 3  # profiled calls a shape, after one that builds and warms
