@@ -121,6 +121,8 @@ def test_route_detail_says_how_small_bh_cuts_and_nothing_for_the_others():
     varlen = problem(B=1, T=20460, H=16, varlen=True, N=5)
     assert route_detail(varlen, H200, "small_bh") == "8 segments of 160 chunks over the batch's tokens, 32 lanes"
     assert route_detail(problem(T=65536, H=8), H200, "chunk") == route_detail(problem(), H200, "direct") == ""
+    one_lane = problem(T=65536, H=1, K=64, V=64)  # one head whose 64 values one CTA walks
+    assert route_detail(one_lane, H200, "small_bh").endswith(", 1 lane")
 
 
 def test_small_bh_covers_every_chunk_exactly():

@@ -128,7 +128,8 @@ def route_detail(p: KdaProblem, dev: DeviceInfo, route: str) -> str:
         return ""
     plan = small_bh_plan(p, dev)
     per = "over the batch's tokens" if p.varlen else "per sequence"
-    detail = f"{plan.segments} segments of {plan.segment_chunks} chunks {per}, {plan.lanes} lanes"
+    lanes = f"{plan.lanes} lane" if plan.lanes == 1 else f"{plan.lanes} lanes"
+    detail = f"{plan.segments} segments of {plan.segment_chunks} chunks {per}, {lanes}"
     if not p.varlen and plan.segments <= SMALL_BH_MAX_UNSTITCHED:
         detail += " (where one does not start warm, chunk's walks of whole sequences run instead)"
     return detail
