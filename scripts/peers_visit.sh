@@ -9,7 +9,9 @@
 # peer. A suite cut by its time limit still writes the shapes it finished (kdactl bench on SIGTERM).
 # Env: ITERS (12), WARMUP (2), SUITES ("kimi-linear production small-bh"), GATE_PARAMS (test: fla's
 #      draw; flashkda: every channel decays fast, where cuDNN's pieces start warm), WARM_TIMEOUT (180 s),
-#      FLASHKDA_TIMEOUT (360 s), BENCH_TIMEOUT (260 s per suite). On an H100 (2026-12-06) production with
+#      FLASHKDA_TIMEOUT (360 s), BENCH_TIMEOUT (260 s per suite), PEERS ("fla,flashkda,cudnn": the peers timed in
+#      production and small-bh; without flashkda its 121 s build is skipped, without fla the warm-ups and
+#      kimi-linear's fla column). On an H100 (2026-12-06) production with
 #      the three peers took 150 s to over 200 s at ITERS=3 (one visit stopped at 200 s after 17 of its 20
 #      shapes), kimi-linear with fla about 130 s, small-bh 60 s: one visit of all three at ITERS=3 can
 #      pass a call's 600 s, so split it by SUITES.
@@ -18,6 +20,8 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1 FLA_FLASH_KDA=0 TRITON_CACHE_DIR=/tmp/triton KDACTL_DATA_DIR=/tmp/kd \
   KDACTL_CACHE_DIR=${KDACTL_CACHE_DIR:-$PWD/.cache/kdactl}
 ITERS=${ITERS:-12} WARMUP=${WARMUP:-2} SUITES=${SUITES:-"kimi-linear production small-bh"} GP=${GATE_PARAMS:-test}
+PEERS=${PEERS:-fla,flashkda,cudnn}
+has_peer() { [[ ",$PEERS," == *",$1,"* ]]; }
 S=/tmp/peers_visit SITE=/tmp/site
 mkdir -p $S $SITE $KDACTL_DATA_DIR
 exec > >(tee -a $OUT/peers_visit.log) 2>&1
@@ -29,7 +33,9 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE .peer
 peers() { PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH} "$@"; }
 
 stamp "background: FlashKDA build, kdactl build, fla warm-ups"
-if ls $SITE/flash_kda_C*.so > /dev/null 2>&1; then  # a warm machine's earlier visit built it
+if ! has_peer flashkda; then
+  (echo "flashkda: not among PEERS=$PEERS" | tee $OUT/flashkda_build.log) & fk=$!
+elif ls $SITE/flash_kda_C*.so > /dev/null 2>&1; then  # a warm machine's earlier visit built it
   (echo "flashkda: the build already in $SITE" | tee $OUT/flashkda_build.log) & fk=$!
 else
   (s0=$SECONDS; timeout ${FLASHKDA_TIMEOUT:-360} bash .peers/build_flashkda.sh $SITE > $OUT/flashkda_build.log 2>&1
@@ -37,11 +43,12 @@ else
 fi
 (timeout 200 kdactl build > $S/kdactl_build.log 2>&1; echo "kdactl build rc=$?" >> $S/kdactl_build.log) & kb=$!
 warm=()
+has_peer fla || WARM=" "  # (no warm-ups: a blank list, not the default)
 for entry in ${WARM:-4:softplus 8:softplus 16:softplus 32:softplus 12:lower-bound 16:lower-bound 24:lower-bound 64:lower-bound 96:lower-bound 8:lower-bound 4:lower-bound 1:lower-bound}; do
   peers timeout ${WARM_TIMEOUT:-180} python3 scripts/warm_fla.py $entry > $S/warm_${entry/:/_}.log 2>&1 & warm+=($!)
 done
 wait $kb; tail -3 $S/kdactl_build.log
-wait "${warm[@]}"; stamp "fla warmed"; cat $S/warm_*.log | grep -E "warmed|Error|error" | tail -20
+[ ${#warm[@]} -gt 0 ] && wait "${warm[@]}"; stamp "fla warmed"; cat $S/warm_*.log | grep -E "warmed|Error|error" | tail -20
 
 bench() {  # suite, then kdactl bench's extra arguments
   local s=$1; shift
@@ -58,9 +65,9 @@ need_flashkda() {  # once: FlashKDA's build ends, and whether each peer imports
 }
 for s in $SUITES; do
   case $s in
-    kimi-linear) bench kimi-linear --peers fla ;;
-    production) need_flashkda; bench production --gate-params $GP --peers fla,flashkda,cudnn ;;
-    small-bh) need_flashkda; bench small-bh --config lower-bound --gate-params $GP --peers fla,flashkda,cudnn ;;
+    kimi-linear) bench kimi-linear --peers "$(has_peer fla && echo fla || echo none)" ;;
+    production) need_flashkda; bench production --gate-params $GP --peers $PEERS ;;
+    small-bh) need_flashkda; bench small-bh --config lower-bound --gate-params $GP --peers $PEERS ;;
     *) bench $s --peers all ;;
   esac
 done
