@@ -9,12 +9,12 @@
 # peer. A suite cut by its time limit still writes the shapes it finished (kdactl bench on SIGTERM).
 # Env: ITERS (12), WARMUP (2), SUITES ("kimi-linear production small-bh"), GATE_PARAMS (test: fla's
 #      draw; flashkda: every channel decays fast, where cuDNN's pieces start warm), WARM_TIMEOUT (180 s),
-#      FLASHKDA_TIMEOUT (360 s), BENCH_TIMEOUT (260 s per suite), PEERS ("fla,flashkda,cudnn": the peers timed in
-#      production and small-bh; without flashkda its 121 s build is skipped, without fla the warm-ups and
-#      kimi-linear's fla column). On an H100 (2026-12-06) production with
-#      the three peers took 150 s to over 200 s at ITERS=3 (one visit stopped at 200 s after 17 of its 20
-#      shapes), kimi-linear with fla about 130 s, small-bh 60 s: one visit of all three at ITERS=3 can
-#      pass a call's 600 s, so split it by SUITES.
+#      FLASHKDA_TIMEOUT (360 s), BENCH_TIMEOUT (260 s per suite), PEERS ("fla,flashkda,cudnn": the peers
+#      timed in production and small-bh; without flashkda its 121 s build is skipped, without fla the
+#      warm-ups and kimi-linear's fla column). On an H100 (2026-12-06) production with the three peers
+#      took 150 s to over 200 s at ITERS=3 (one visit stopped at 200 s after 17 of its 20 shapes),
+#      kimi-linear with fla about 130 s, small-bh 60 s: one visit of all three at ITERS=3 can pass a
+#      call's 600 s, so split it by SUITES. With cuDNN alone, small-bh and production took 121 s.
 set -uo pipefail
 : "${OUT:?set OUT to the folder that comes back}"
 export PYTHONUNBUFFERED=1 FLA_FLASH_KDA=0 TRITON_CACHE_DIR=/tmp/triton KDACTL_DATA_DIR=/tmp/kd \
@@ -43,12 +43,15 @@ else
 fi
 (timeout 200 kdactl build > $S/kdactl_build.log 2>&1; echo "kdactl build rc=$?" >> $S/kdactl_build.log) & kb=$!
 warm=()
-has_peer fla || WARM=" "  # (no warm-ups: a blank list, not the default)
-for entry in ${WARM:-4:softplus 8:softplus 16:softplus 32:softplus 12:lower-bound 16:lower-bound 24:lower-bound 64:lower-bound 96:lower-bound 8:lower-bound 4:lower-bound 1:lower-bound}; do
-  peers timeout ${WARM_TIMEOUT:-180} python3 scripts/warm_fla.py $entry > $S/warm_${entry/:/_}.log 2>&1 & warm+=($!)
-done
+if has_peer fla; then
+  for entry in ${WARM:-4:softplus 8:softplus 16:softplus 32:softplus 12:lower-bound 16:lower-bound 24:lower-bound 64:lower-bound 96:lower-bound 8:lower-bound 4:lower-bound 1:lower-bound}; do
+    peers timeout ${WARM_TIMEOUT:-180} python3 scripts/warm_fla.py $entry > $S/warm_${entry/:/_}.log 2>&1 & warm+=($!)
+  done
+fi
 wait $kb; tail -3 $S/kdactl_build.log
-[ ${#warm[@]} -gt 0 ] && wait "${warm[@]}"; stamp "fla warmed"; cat $S/warm_*.log | grep -E "warmed|Error|error" | tail -20
+if [ ${#warm[@]} -gt 0 ]; then  # (a bare wait would also wait for FlashKDA's build)
+  wait "${warm[@]}"; stamp "fla warmed"; cat $S/warm_*.log | grep -E "warmed|Error|error" | tail -20
+fi
 
 bench() {  # suite, then kdactl bench's extra arguments
   local s=$1; shift
