@@ -9,19 +9,25 @@
 # peer. A suite cut by its time limit still writes the shapes it finished (kdactl bench on SIGTERM).
 # Env: ITERS (12), WARMUP (2), SUITES ("kimi-linear production small-bh"), GATE_PARAMS (test: fla's
 #      draw; flashkda: every channel decays fast, where cuDNN's pieces start warm), WARM_TIMEOUT (180 s),
-#      FLASHKDA_TIMEOUT (360 s), BENCH_TIMEOUT (260 s per suite), PEERS ("fla,flashkda,cudnn": the peers
-#      timed in production and small-bh; without flashkda its 121 s build is skipped, without fla the
-#      warm-ups and kimi-linear's fla column). On an H100 (2026-12-06) production with the three peers
-#      took 150 s to over 200 s at ITERS=3 (one visit stopped at 200 s after 17 of its 20 shapes),
-#      kimi-linear with fla about 130 s, small-bh 60 s: one visit of all three at ITERS=3 can pass a
-#      call's 600 s, so split it by SUITES. With cuDNN alone, small-bh and production took 121 s.
+#      FLASHKDA_TIMEOUT (360 s), BENCH_TIMEOUT (260 s per suite), PEERS ("fla-chunk,flashkda,cudnn": the
+#      peers timed in production and small-bh, as docs/reproduce.md gives them; fla-chunk is fla's
+#      chunk_kda, fla adds its fused_recurrent_kda; without flashkda its 121 s build is skipped, without
+#      fla or fla-chunk the warm-ups and kimi-linear's fla column). On an H100 (2026-12-06) production
+#      with the three peers took 150 s to over 200 s at ITERS=3 (one visit stopped at 200 s after 17 of
+#      its 20 shapes); on 2026-12-07, with fla's recurrent kernel timed too (16-83 ms a call there), 4
+#      shapes in 200 s; kimi-linear with fla about 130 s, small-bh 60 s: one visit of all three at
+#      ITERS=3 can pass a call's 600 s, so split it by SUITES. With cuDNN alone, small-bh and production
+#      took 121 s.
 set -uo pipefail
 : "${OUT:?set OUT to the folder that comes back}"
 export PYTHONUNBUFFERED=1 FLA_FLASH_KDA=0 TRITON_CACHE_DIR=/tmp/triton KDACTL_DATA_DIR=/tmp/kd \
   KDACTL_CACHE_DIR=${KDACTL_CACHE_DIR:-$PWD/.cache/kdactl}
 ITERS=${ITERS:-12} WARMUP=${WARMUP:-2} SUITES=${SUITES:-"kimi-linear production small-bh"} GP=${GATE_PARAMS:-test}
-PEERS=${PEERS:-fla,flashkda,cudnn}
+PEERS=${PEERS:-fla-chunk,flashkda,cudnn}
 has_peer() { [[ ",$PEERS," == *",$1,"* ]]; }
+# fla's peer among PEERS: fla (chunk_kda and fused_recurrent_kda), fla-chunk (chunk_kda alone: fused_recurrent_kda
+# took 16-83 ms a call in production's shapes on an H100, 2026-12-07) or none
+fla_peer() { if has_peer fla; then echo fla; elif has_peer fla-chunk; then echo fla-chunk; else echo none; fi; }
 S=/tmp/peers_visit SITE=/tmp/site
 mkdir -p $S $SITE $KDACTL_DATA_DIR
 exec > >(tee -a $OUT/peers_visit.log) 2>&1
@@ -43,7 +49,7 @@ else
 fi
 (timeout 200 kdactl build > $S/kdactl_build.log 2>&1; echo "kdactl build rc=$?" >> $S/kdactl_build.log) & kb=$!
 warm=()
-if has_peer fla; then
+if [ $(fla_peer) != none ]; then
   for entry in ${WARM:-4:softplus 8:softplus 16:softplus 32:softplus 12:lower-bound 16:lower-bound 24:lower-bound 64:lower-bound 96:lower-bound 8:lower-bound 4:lower-bound 1:lower-bound}; do
     peers timeout ${WARM_TIMEOUT:-180} python3 scripts/warm_fla.py $entry > $S/warm_${entry/:/_}.log 2>&1 & warm+=($!)
   done
@@ -68,7 +74,7 @@ need_flashkda() {  # once: FlashKDA's build ends, and whether each peer imports
 }
 for s in $SUITES; do
   case $s in
-    kimi-linear) bench kimi-linear --peers "$(has_peer fla && echo fla || echo none)" ;;
+    kimi-linear) bench kimi-linear --peers $(fla_peer) ;;
     production) need_flashkda; bench production --gate-params $GP --peers $PEERS ;;
     small-bh) need_flashkda; bench small-bh --config lower-bound --gate-params $GP --peers $PEERS ;;
     *) bench $s --peers all ;;
