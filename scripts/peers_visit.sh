@@ -25,8 +25,7 @@ export PYTHONUNBUFFERED=1 FLA_FLASH_KDA=0 TRITON_CACHE_DIR=/tmp/triton KDACTL_DA
 ITERS=${ITERS:-12} WARMUP=${WARMUP:-2} SUITES=${SUITES:-"kimi-linear production small-bh"} GP=${GATE_PARAMS:-test}
 PEERS=${PEERS:-fla-chunk,flashkda,cudnn}
 has_peer() { [[ ",$PEERS," == *",$1,"* ]]; }
-# fla's peer among PEERS: fla (chunk_kda and fused_recurrent_kda), fla-chunk (chunk_kda alone: fused_recurrent_kda
-# took 16-83 ms a call in production's shapes on an H100, 2026-12-07) or none
+# fla's peer among PEERS (fla, fla-chunk or none), for the warm-ups and kimi-linear's column
 fla_peer() { if has_peer fla; then echo fla; elif has_peer fla-chunk; then echo fla-chunk; else echo none; fi; }
 S=/tmp/peers_visit SITE=/tmp/site
 mkdir -p $S $SITE $KDACTL_DATA_DIR
