@@ -1,0 +1,76 @@
+"""tools/ab_builds.py's logic on the CPU: its arms, the mirrored order, the table from bench JSON (a
+failed run and a failed shape reported, not dropped), and the trees it makes from git."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def ab():
+    spec = importlib.util.spec_from_file_location("ab_builds", ROOT / "tools" / "ab_builds.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (its dataclasses look their module up there)
+    spec.loader.exec_module(module)
+    return module
+
+
+def report(*rows):
+    """A kdactl bench --json report: rows of (shape key, median ms or None, error)."""
+    shapes = []
+    for key, ms, error in rows:
+        timing = {"median_ms": ms} if ms is not None else None
+        status = "ok" if ms is not None else "failed"
+        candidates = [{"name": "auto", "status": status, "reason": None if ms else "check failed", "timing": timing}]
+        shapes.append({"shape": {"key": key}, "error": error, "candidates": [] if error else candidates})
+    return {"schema": "kdactl.bench/v1", "shapes": shapes}
+
+
+def test_arms_and_order(ab):
+    assert ab.parse_arm("base=main") == ab.Arm("base", "main")
+    assert ab.parse_arm("try=.").rev == ab.CHECKOUT
+    for bad in ("main", "=main", "base="):
+        with pytest.raises(argparse.ArgumentTypeError, match="NAME=REV"):
+            ab.parse_arm(bad)
+    assert ab.mirrored_order(["a", "b", "c"]) == ["a", "b", "c", "c", "b", "a"]
+
+
+def test_table_gives_every_run_and_the_ratio_to_the_first_arm(ab):
+    runs = [
+        ("base", report(("s1", 0.2, None), ("s2", 1.0, None)), None),
+        ("try", report(("s1", 0.1, None), ("s2", None, None)), None),
+        ("try", None, "bench exit 3: illegal instruction"),
+        ("base", report(("s1", 0.2, None), ("s2", None, "out of memory")), None),
+    ]
+    text = ab.table(["base", "try"], runs)
+    assert "| s1 | 0.200, 0.200 | 0.100 (0.500x) |" in text
+    assert "| s2 | 1.000 | - |" in text
+    assert "- try: bench exit 3: illegal instruction" in text
+    assert "- try, s2: check failed" in text and "- base, s2: out of memory" in text
+
+
+def test_make_tree_holds_what_kdactl_runs_from(ab, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the tool runs from the repository root
+    if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode:
+        pytest.skip("not a git checkout")
+    ab.make_tree("HEAD", tmp_path / "t")
+    assert (tmp_path / "t" / "pyproject.toml").is_file() and (tmp_path / "t" / "fleet").is_dir()
+    assert (tmp_path / "t" / "csrc" / "kdactl_api.h").is_file() and (tmp_path / "t" / "kdactl" / "assets.py").is_file()
+    env = ab.arm_env(ab.Arm("t", "HEAD"), tmp_path)
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path / "trees" / "t")
+    assert env["KDACTL_CACHE_DIR"] == str(tmp_path / "cache" / "t")
+    assert ab.arm_env(ab.Arm("here", ab.CHECKOUT), tmp_path).get("PYTHONPATH") == os.environ.get("PYTHONPATH")
+    # from the repository root too, the arm's kdactl is the tree's, not the checkout's
+    ab.make_tree("HEAD", tmp_path / "trees" / "t")
+    assert ab.csrc_of(ab.Arm("t", "HEAD"), tmp_path) == str(tmp_path / "trees" / "t" / "csrc")
+    # a tree made elsewhere, named by its folder (a GPU node whose git lacks the revision)
+    assert ab.csrc_of(ab.Arm("u", str(tmp_path / "t")), tmp_path / "other") == str(tmp_path / "t" / "csrc")
