@@ -74,3 +74,14 @@ def test_make_tree_holds_what_kdactl_runs_from(ab, tmp_path, monkeypatch):
     assert ab.csrc_of(ab.Arm("t", "HEAD"), tmp_path) == str(tmp_path / "trees" / "t" / "csrc")
     # a tree made elsewhere, named by its folder (a GPU node whose git lacks the revision)
     assert ab.csrc_of(ab.Arm("u", str(tmp_path / "t")), tmp_path / "other") == str(tmp_path / "t" / "csrc")
+
+
+def test_an_arm_that_is_neither_a_revision_nor_a_tree_is_refused_by_name(ab, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT)
+    if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode:
+        pytest.skip("not a git checkout")
+    with pytest.raises(SystemExit) as exit_:
+        ab.main(["--arm", "try=no-such-revision", "--work", str(tmp_path), "--trees-only"])
+    assert exit_.value.code == 2 and "--arm try=no-such-revision: neither a folder" in capsys.readouterr().err
+    assert ab.main(["--arm", "here=HEAD", "--work", str(tmp_path), "--trees-only"]) == 0
+    assert (tmp_path / "trees" / "here" / "csrc").is_dir()

@@ -181,7 +181,11 @@ def main(argv: list[str] | None = None) -> int:
 
     for arm in args.arms:
         if arm.tree(args.work) == args.work / "trees" / arm.name:
-            make_tree(arm.rev, args.work / "trees" / arm.name)
+            try:
+                make_tree(arm.rev, args.work / "trees" / arm.name)
+            except subprocess.CalledProcessError as err:
+                ap.error(f"--arm {arm.name}={arm.rev}: neither a folder with kdactl/ nor a revision git can archive "
+                         f"({last_line(err.stderr.decode(errors='replace'))})")  # fmt: skip
     if args.trees_only:
         print(f"trees in {args.work / 'trees'}: " + ", ".join(names))
         return 0
