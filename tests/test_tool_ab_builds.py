@@ -24,6 +24,14 @@ def ab():
     return module
 
 
+@pytest.fixture
+def in_git_root(monkeypatch):
+    """The repository root as the working directory, as the tool runs (its trees come from git)."""
+    if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode:
+        pytest.skip("not a git checkout")
+    monkeypatch.chdir(ROOT)
+
+
 def report(*rows):
     """A kdactl bench --json report: rows of (shape key, median ms or None, error)."""
     shapes = []
@@ -58,28 +66,22 @@ def test_table_gives_every_run_and_the_ratio_to_the_first_arm(ab):
     assert "- try, s2: check failed" in text and "- base, s2: out of memory" in text
 
 
-def test_make_tree_holds_what_kdactl_runs_from(ab, tmp_path, monkeypatch):
-    monkeypatch.chdir(ROOT)  # the tool runs from the repository root
-    if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode:
-        pytest.skip("not a git checkout")
-    ab.make_tree("HEAD", tmp_path / "t")
-    assert (tmp_path / "t" / "pyproject.toml").is_file() and (tmp_path / "t" / "fleet").is_dir()
-    assert (tmp_path / "t" / "csrc" / "kdactl_api.h").is_file() and (tmp_path / "t" / "kdactl" / "assets.py").is_file()
+def test_make_tree_holds_what_kdactl_runs_from(ab, tmp_path, in_git_root):
+    tree = tmp_path / "trees" / "t"
+    ab.make_tree("HEAD", tree)
+    assert (tree / "pyproject.toml").is_file() and (tree / "fleet").is_dir()
+    assert (tree / "csrc" / "kdactl_api.h").is_file() and (tree / "kdactl" / "assets.py").is_file()
     env = ab.arm_env(ab.Arm("t", "HEAD"), tmp_path)
-    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tmp_path / "trees" / "t")
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(tree)
     assert env["KDACTL_CACHE_DIR"] == str(tmp_path / "cache" / "t")
     assert ab.arm_env(ab.Arm("here", ab.CHECKOUT), tmp_path).get("PYTHONPATH") == os.environ.get("PYTHONPATH")
     # from the repository root too, the arm's kdactl is the tree's, not the checkout's
-    ab.make_tree("HEAD", tmp_path / "trees" / "t")
-    assert ab.csrc_of(ab.Arm("t", "HEAD"), tmp_path) == str(tmp_path / "trees" / "t" / "csrc")
+    assert ab.csrc_of(ab.Arm("t", "HEAD"), tmp_path) == str(tree / "csrc")
     # a tree made elsewhere, named by its folder (a GPU node whose git lacks the revision)
-    assert ab.csrc_of(ab.Arm("u", str(tmp_path / "t")), tmp_path / "other") == str(tmp_path / "t" / "csrc")
+    assert ab.csrc_of(ab.Arm("u", str(tree)), tmp_path / "other") == str(tree / "csrc")
 
 
-def test_an_arm_that_is_neither_a_revision_nor_a_tree_is_refused_by_name(ab, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(ROOT)
-    if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode:
-        pytest.skip("not a git checkout")
+def test_an_arm_that_is_neither_a_revision_nor_a_tree_is_refused_by_name(ab, tmp_path, in_git_root, capsys):
     with pytest.raises(SystemExit) as exit_:
         ab.main(["--arm", "try=no-such-revision", "--work", str(tmp_path), "--trees-only"])
     assert exit_.value.code == 2 and "--arm try=no-such-revision: neither a folder" in capsys.readouterr().err

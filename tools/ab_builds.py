@@ -1,12 +1,12 @@
 """Time kernel builds of several git revisions side by side, in one process tree on one GPU.
 
 Each arm is NAME=REV: a tree of REV's csrc/, kdactl/, fleet/, checks/ and pyproject.toml (``git
-archive``), a folder that holds such a tree, or ``.`` for the checkout as installed. All arms build at once, each into its own kernel
-cache; then ``kdactl bench`` runs the same shapes and arguments once per arm in the order A B ... B A,
-so that a drift of clocks or temperature over the visit falls on every arm alike. One table gives every
-run's median per shape and each arm's mean against the first arm's. A failed build is reported and its
-arm still benched (bench builds what is missing, and says why it cannot); a bench that fails (a kernel
-fault) is reported with its error, and the others go on.
+archive``), a folder that holds such a tree, or ``.`` for the checkout as installed. All arms build at
+once, each into its own kernel cache; then ``kdactl bench`` runs the same shapes and arguments once per
+arm in the order A B ... B A, so that a drift of clocks or temperature over the visit falls on every
+arm alike. One table gives every run's median per shape and each arm's mean against the first arm's. A
+failed build is reported and its arm still benched (bench builds what is missing, and says why it
+cannot); a bench that fails (a kernel fault) is reported with its error, and the others go on.
 
     python3 tools/ab_builds.py --arm main=main --arm try=BRANCH --shape 1,8192,12 --shape 1,65536,8 \\
         -- --config lower-bound --gate-params flashkda --routes auto --peers none --iters 3 --warmup 1
@@ -32,6 +32,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from kdactl.atomic import write_text_atomic
+from kdactl.bench.report import md_table
+
 TREE_PATHS = ("csrc", "kdactl", "fleet", "checks", "pyproject.toml")  # what kdactl runs from (fleet: the SKU matrix)
 CHECKOUT = "."
 
@@ -51,7 +54,9 @@ class Arm:
 def parse_arm(text: str) -> Arm:
     name, sep, rev = text.partition("=")
     if not sep or not name or not rev:
-        raise argparse.ArgumentTypeError(f"--arm takes NAME=REV (REV a git revision or '.'), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"--arm takes NAME=REV (REV a git revision, a tree's folder or '.'), got {text!r}"
+        )
     return Arm(name, rev)
 
 
@@ -92,7 +97,7 @@ def table(names: list[str], runs: list[tuple[str, dict | None, str | None]]) -> 
                 errors.append(f"- {name}, {key}: {why}")
             else:
                 per.setdefault((name, key), []).append(ms)
-    lines = ["| shape | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    body = []
     for key in shapes:
         base = per.get((names[0], key))
         cells = []
@@ -105,8 +110,8 @@ def table(names: list[str], runs: list[tuple[str, dict | None, str | None]]) -> 
             if base and name != names[0]:
                 cell += f" ({statistics.fmean(got) / statistics.fmean(base):.3f}x)"
             cells.append(cell)
-        lines.append(f"| {key} | " + " | ".join(cells) + " |")
-    return "\n".join(lines + ([""] + errors if errors else [])) + "\n"
+        body.append([key, *cells])
+    return "\n".join(md_table(["shape", *names], body) + ([""] + errors if errors else [])) + "\n"
 
 
 def make_tree(rev: str, dest: Path) -> None:
@@ -209,13 +214,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run {i + 1}: {name}: {error or 'ok'}", flush=True)
         runs.append((name, report, error))
         if args.out and report is not None:
-            args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / f"run{i + 1}_{name}.json").write_text(json.dumps(report))
+            write_text_atomic(args.out / f"run{i + 1}_{name}.json", json.dumps(report))
     text = table(names, runs)
     print(text, end="")
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "table.md").write_text(text)
+        write_text_atomic(args.out / "table.md", text)
     return 0 if all(report is not None for _, report, _ in runs) else 1
 
 

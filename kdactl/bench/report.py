@@ -261,13 +261,13 @@ class BenchReport:
 
     def markdown(self) -> str:
         lines = [f"**Incomplete**: {self.stopped}.", ""] if self.stopped else []
-        lines += _md_table(*self.rows())
+        lines += md_table(*self.rows())
         if not self.host:
             lines += [
                 "",
                 "Error ratio against the reference (o / final state; limit 5e-3):",
                 "",
-                *_md_table(*error_rows(self.runs)),
+                *md_table(*error_rows(self.runs)),
             ]
         lines += ["", f"Method: {self.method()}.", "", HOST_TITLE if self.host else
                   "(x) = candidate median / auto median; above 1, auto is faster."]  # fmt: skip
@@ -288,6 +288,7 @@ def route_lines(runs) -> list[str]:
     return [f"{r.shape.key} {o.name}: {o.note}" for r in runs for o in r.outcomes if o.own and o.note]
 
 
-def _md_table(head: list[str], body: list[list[str]]) -> list[str]:
+def md_table(head: list[str], body: list[list[str]]) -> list[str]:
+    """A markdown table's lines: the first column left-aligned, the others (figures) right-aligned."""
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     return lines + ["| " + " | ".join(row) + " |" for row in body]
