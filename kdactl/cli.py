@@ -150,7 +150,9 @@ def bench(
     timer: str = typer.Option(
         "auto",
         "--timer",
-        help="auto (kineto: device time through torch's profiler), kineto, cupti (needs cupti-python) or cuda-events.",
+        help="auto (kineto: device time through torch's profiler, summed over the call's kernels), kineto, kineto-span "
+        "(from the call's first kernel's start to its last one's end: the gaps between kernels count), cupti (needs "
+        "cupti-python) or cuda-events.",
     ),
     host: bool = typer.Option(
         False,

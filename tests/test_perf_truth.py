@@ -64,8 +64,8 @@ def test_perf_results_record_the_timer():
 
 
 class FakeEvent:
-    def __init__(self, kind: str, ns: int):
-        self.kind, self.ns = kind, ns
+    def __init__(self, kind: str, ns: int, start: int = 0):
+        self.kind, self.ns, self.start = kind, ns, start
 
     def activity_type(self) -> str:
         return self.kind
@@ -73,11 +73,52 @@ class FakeEvent:
     def duration_ns(self) -> int:
         return self.ns
 
+    def start_ns(self) -> int:
+        return self.start
+
+    def end_ns(self) -> int:
+        return self.start + self.ns
+
 
 def test_device_ns_sums_device_work_only():
     events = [FakeEvent("kernel", 1000), FakeEvent("gpu_memset", 200), FakeEvent("gpu_memcpy", 30),
               FakeEvent("cuda_runtime", 50000), FakeEvent("cpu_op", 90000), FakeEvent("gpu_user_annotation", 7)]
     assert timing.device_ns(events) == 1230
+
+
+def test_device_span_counts_gaps_between_kernels_and_overlaps_once():
+    # a host record before and after, two kernels 500 ns apart, a third starting inside the second
+    events = [FakeEvent("cuda_runtime", 90000, start=0), FakeEvent("kernel", 1000, start=10000),
+              FakeEvent("kernel", 2000, start=11500), FakeEvent("kernel", 1000, start=13000),
+              FakeEvent("cpu_op", 90000, start=20000)]  # fmt: skip
+    assert timing.device_span_ns(events) == 14000 - 10000
+    assert timing.device_ns(events) == 4000  # the sum: gap uncounted, overlap twice
+    assert timing.device_span_ns([FakeEvent("cpu_op", 5)]) == 0
+
+
+def test_kineto_span_is_a_timer_by_name(monkeypatch):
+    class Profile:  # torch.profiler.profile's shape: a context whose .profiler holds the records
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        class profiler:  # noqa: N801
+            class kineto_results:  # noqa: N801
+                @staticmethod
+                def events():
+                    return [FakeEvent("kernel", 1000, start=0), FakeEvent("kernel", 1000, start=3000)]
+
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    summed, span = timing.KinetoTimer("dev", profiler=Profile), timing.KinetoTimer("dev", profiler=Profile, span=True)
+    assert (summed.name, span.name) == ("kineto", "kineto-span")
+    assert summed.time_ms(lambda: None) == pytest.approx(0.002) and span.time_ms(lambda: None) == pytest.approx(0.004)
+    monkeypatch.setattr(timing, "_probe", lambda t, d: None)
+    monkeypatch.setattr(timing.KinetoTimer, "__init__", lambda self, d, profiler=None, span=False: setattr(self, "span", span))
+    timer, note = timing.make_timer("dev", "kineto-span")
+    assert timer.span is True and "span" in note
 
 
 def test_default_timer_is_kineto(monkeypatch):

@@ -57,7 +57,7 @@ class BenchOptions:
     markdown: str | None = None  # FILE, or "-" for stdout instead of the table
     plot: Path | None = None
     device: int = 0
-    timer: str = "auto"  # "auto" (kineto), or a timer by name: kineto, cupti, cuda-events
+    timer: str = "auto"  # "auto" (kineto), or a timer by name: kdactl.bench.timing.TIMERS
     host: bool = False  # CPU cost per call (eager, graph replay) instead of device time
     as_json: bool = False
 

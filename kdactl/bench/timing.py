@@ -4,8 +4,11 @@
 extra) both sum the device durations of every kernel, memset and memcpy the call launched, read from
 CUPTI's activity records: torch's own profiler (kineto) carries CUPTI inside torch, so the default
 needs nothing beyond torch. Host gaps inside the call (Python overhead, a ``.tolist()`` sync) are not
-counted. ``EventTimer`` (``cuda-events``) measures the stream span between two events around the
-call, host launch overhead included. Timings of different timers are different quantities: the
+counted, nor is the device's idle time between the call's kernels. ``kineto-span`` reads the same
+records as the call's device span, from its first record's start to its last one's end: the gaps
+between kernels count, and kernels that overlap (a programmatic dependent launch starts the next
+kernel's CTAs during the last wave of the one before) count once. ``EventTimer`` (``cuda-events``)
+measures the stream span between two events around the call, host launch overhead included. Timings of different timers are different quantities: the
 report and every baseline name the timer, and the gate compares only like with like. All flush L2
 before the span, never inside it.
 """
@@ -65,14 +68,14 @@ _DEVICE_ACTIVITIES = ("kernel", "gpu_memset", "gpu_memcpy")
 
 class KinetoTimer:
     """Device time from torch.profiler: one profiling session around the call, then the summed
-    durations of the device records it produced. Sessions start outside the timed work, so their own
-    cost is not counted."""
+    durations of the device records it produced, or with ``span`` their span (device_span_ns).
+    Sessions start outside the timed work, so their own cost is not counted."""
 
-    name = "kineto"
-
-    def __init__(self, device, profiler=None):
+    def __init__(self, device, profiler=None, span: bool = False):
         import torch
 
+        self.name = "kineto-span" if span else "kineto"
+        self._measure = device_span_ns if span else device_ns
         self.device = device
         self._torch = torch
         self._profile = profiler or (lambda: torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]))
@@ -82,15 +85,15 @@ class KinetoTimer:
         with self._profile() as prof:
             fn()
             self._torch.cuda.synchronize(self.device)
-        ns = device_ns(prof.profiler.kineto_results.events())
+        ns = self._measure(prof.profiler.kineto_results.events())
         if ns <= 0:
             raise RuntimeError("torch.profiler recorded no device activity for the call (is CUPTI working?)")
         return ns / 1e6
 
 
-def device_ns(events) -> int:
-    """Summed duration of the device records among kineto events (kernels, memsets, memcpys)."""
-    total = 0
+def _device_work(events) -> list:
+    """The device records among kineto events (kernels, memsets, memcpys)."""
+    work = []
     for e in events:
         kind = e.activity_type() if hasattr(e, "activity_type") else None
         if kind is not None:
@@ -98,8 +101,21 @@ def device_ns(events) -> int:
         else:  # an older torch: every CUDA-side record that is not a user annotation
             device_work = str(e.device_type()).endswith("CUDA") and not e.is_user_annotation()
         if device_work:
-            total += int(e.duration_ns())
-    return total
+            work.append(e)
+    return work
+
+
+def device_ns(events) -> int:
+    """Summed duration of the device records among kineto events."""
+    return sum(int(e.duration_ns()) for e in _device_work(events))
+
+
+def device_span_ns(events) -> int:
+    """From the first device record's start to the last one's end (0 when there is none)."""
+    work = _device_work(events)
+    if not work:
+        return 0
+    return max(int(e.end_ns()) for e in work) - min(int(e.start_ns()) for e in work)
 
 
 class CuptiTimer:
@@ -151,7 +167,7 @@ class CuptiTimer:
                 pass
 
 
-TIMERS = ("kineto", "cupti", "cuda-events")
+TIMERS = ("kineto", "kineto-span", "cupti", "cuda-events")
 
 
 def make_timer(device, prefer: str = "auto") -> tuple[Any, str]:
@@ -163,6 +179,7 @@ def make_timer(device, prefer: str = "auto") -> tuple[Any, str]:
     if prefer == "cuda-events":
         return EventTimer(device), "cuda-events requested"
     kinds = {"kineto": (KinetoTimer, "torch.profiler (kineto) device activity records"),
+             "kineto-span": (lambda d: KinetoTimer(d, span=True), "torch.profiler (kineto) device span of the call"),
              "cupti": (CuptiTimer, "cupti-python activity records")}  # fmt: skip
     name = "kineto" if prefer == "auto" else prefer
     if name not in kinds:
