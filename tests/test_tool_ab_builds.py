@@ -87,3 +87,14 @@ def test_an_arm_that_is_neither_a_revision_nor_a_tree_is_refused_by_name(ab, tmp
     assert exit_.value.code == 2 and "--arm try=no-such-revision: neither a folder" in capsys.readouterr().err
     assert ab.main(["--arm", "here=HEAD", "--work", str(tmp_path), "--trees-only"]) == 0
     assert (tmp_path / "trees" / "here" / "csrc").is_dir()
+
+
+def test_a_tree_named_by_its_folder_under_work_is_used_as_it_is(ab, tmp_path, in_git_root):
+    # made with --trees-only, carried, and named where --work would put it: no git revision is looked up
+    assert ab.main(["--arm", "t=HEAD", "--work", str(tmp_path), "--trees-only"]) == 0
+    tree = tmp_path / "trees" / "t"
+    (tree / "marker").write_text("kept")
+    arm = ab.Arm("t", str(tree))
+    assert not arm.from_git and arm.tree(tmp_path) == tree
+    assert ab.main(["--arm", f"t={tree}", "--work", str(tmp_path), "--trees-only"]) == 0
+    assert (tree / "marker").read_text() == "kept"

@@ -44,11 +44,16 @@ class Arm:
     name: str
     rev: str  # a git revision, a folder holding a tree, or CHECKOUT
 
+    @property
+    def from_git(self) -> bool:
+        """Whether this arm's tree is made from a git revision (not a folder, not the checkout)."""
+        return self.rev != CHECKOUT and not Path(self.rev, "kdactl").is_dir()
+
     def tree(self, work: Path) -> Path | None:
         """Where this arm's kdactl runs from (None: the checkout as installed)."""
         if self.rev == CHECKOUT:
             return None
-        return Path(self.rev) if Path(self.rev, "kdactl").is_dir() else work / "trees" / self.name
+        return work / "trees" / self.name if self.from_git else Path(self.rev)
 
 
 def parse_arm(text: str) -> Arm:
@@ -185,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     bench_args = [*(x for s in args.shapes for x in ("--shape", s)), *bench_args]
 
     for arm in args.arms:
-        if arm.tree(args.work) == args.work / "trees" / arm.name:
+        if arm.from_git:
             try:
                 make_tree(arm.rev, args.work / "trees" / arm.name)
             except subprocess.CalledProcessError as err:
