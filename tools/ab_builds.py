@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     for arm in args.arms:
         if arm.from_git:
             try:
-                make_tree(arm.rev, args.work / "trees" / arm.name)
+                make_tree(arm.rev, arm.tree(args.work))
             except subprocess.CalledProcessError as err:
                 ap.error(f"--arm {arm.name}={arm.rev}: neither a folder with kdactl/ nor a revision git can archive "
                          f"({last_line(err.stderr.decode(errors='replace'))})")  # fmt: skip

@@ -8,9 +8,9 @@ counted, nor is the device's idle time between the call's kernels. ``kineto-span
 records as the call's device span, from its first record's start to its last one's end: the gaps
 between kernels count, and kernels that overlap (a programmatic dependent launch starts the next
 kernel's CTAs during the last wave of the one before) count once. ``EventTimer`` (``cuda-events``)
-measures the stream span between two events around the call, host launch overhead included. Timings of different timers are different quantities: the
-report and every baseline name the timer, and the gate compares only like with like. All flush L2
-before the span, never inside it.
+measures the stream span between two events around the call, host launch overhead included. Timings
+of different timers are different quantities: the report and every baseline name the timer, and the
+gate compares only like with like. All flush L2 before the span, never inside it.
 """
 
 from __future__ import annotations
