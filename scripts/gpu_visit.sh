@@ -101,9 +101,9 @@ for _ in range(3): prefill(**x, route='chunk')" > $S/ncu.log 2>&1; echo "ncu rc=
       time timeout ${TESTS_TIMEOUT:-320} python3 -m pytest -q -m gpu $files -p no:cacheprovider --junitxml=$OUT/kernels.xml \
         -o junit_logging=system-out 2>&1 | grep -vE "^(tests|\s)" | tail -25
       python3 tools/error_ratios.py $OUT/kernels.xml 2>/dev/null | tail -2 ;;
-    fla-tests)  # fla's own tests/ops/test_kda.py (copied into the ignored .fla_tests) against kdactl.kda.chunk_kda
+    fla-tests)  # fla's own tests/ops/test_kda.py (copied into the ignored .fla_tests) against kdactl.kda.chunk_kda (its decode tests call fla's own kernels: deselected)
       cp scripts/fla_tests/conftest.py .fla_tests/conftest.py
-      (cd .fla_tests && peers timeout 300 python3 -m pytest -q -k "test_chunk" test_kda.py -p no:cacheprovider -rs \
+      (cd .fla_tests && peers timeout 300 python3 -m pytest -q -k "(test_chunk or test_fused_recurrent) and not vllm_decode" test_kda.py -p no:cacheprovider -rs \
         --junitxml=$OUT/fla_tests.xml -o junit_logging=system-out 2>&1 | grep -vE "^\s*$" | tail -30) ;;
     baseline)  # a perf baseline for this node's SKU, into $OUT (review it, then commit it to fleet/baselines/)
       wait_warm

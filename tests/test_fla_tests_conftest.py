@@ -64,3 +64,25 @@ def test_other_refusals_reach_the_test(harness, monkeypatch):
     monkeypatch.setattr(kdactl.kda, "chunk_kda", refuse)
     with pytest.raises(ValueError, match="`chunk_size` must be either 32 or 64"):
         harness._drop_in(torch.zeros(3))
+
+
+def test_the_recurrent_entry_point_maps_onto_chunk_kda(harness, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(kdactl.kda, "chunk_kda", lambda q, k, v, g, beta, **kw: (seen.update(kw) or v, None))
+    x = torch.zeros(1, 4, 2, 8, dtype=torch.bfloat16)
+    A_log, dt_bias = torch.zeros(2), torch.zeros(16)
+    harness._recurrent_drop_in(x, x, x, x, x[..., 0], A_log=A_log, dt_bias=dt_bias, scale=0.5, lower_bound=-5.0,
+                               use_gate_in_kernel=True, state_v_first=True)  # fmt: skip
+    assert seen["safe_gate"] and seen["lower_bound"] == -5.0
+    assert seen["A_log"].data_ptr() == A_log.data_ptr() and seen["dt_bias"].data_ptr() == dt_bias.data_ptr()
+    assert seen["scale"] == 0.5 and seen["state_v_first"] and seen["use_gate_in_kernel"]
+    seen.clear()
+    harness._recurrent_drop_in(x, x, x, x, x[..., 0], A_log=A_log, dt_bias=dt_bias)  # no gate in the kernel
+    assert "A_log" not in seen and "safe_gate" not in seen
+
+
+def test_fp32_through_the_recurrent_entry_point_is_skipped(harness, monkeypatch):
+    monkeypatch.setattr(kdactl.kda, "chunk_kda", lambda *a, **kw: pytest.fail("must not be called"))
+    x = torch.zeros(1, 4, 2, 8)
+    with pytest.raises(pytest.skip.Exception, match="unsupported: fp32 q, k, v"):
+        harness._recurrent_drop_in(x, x, x, x, x[..., 0])

@@ -13,6 +13,12 @@ before their forward assertions, which a None gradient would stop; the zeros are
 A case kdactl refuses by design (ValueError: a head dim it has no kernel for) is skipped with the
 reason "unsupported: ...", so passed / failed / unsupported are counted apart; any other ValueError
 reaches the test, whose pytest.raises may be waiting for it (fla's chunk_size message).
+
+fla's ``fused_recurrent_kda`` is replaced too, by kdactl's prefill through the same drop-in: its
+arguments are chunk_kda's, and its gate with ``lower_bound`` is chunk_kda's ``safe_gate``. fp32 q, k, v
+through it are skipped as unsupported: kdactl's kernels read 16-bit ones (chunk_kda rounds fp32 to
+bf16), which fla's fp32 tolerances were not set for. fla's decode tests call its own
+``fused_recurrent_kda_fwd`` (a state pool, a final state written in place) and are not kdactl's.
 """
 
 from __future__ import annotations
@@ -38,6 +44,17 @@ def _drop_in(*args, **kwargs):
                 raise
             pytest.skip(f"unsupported: {err}")
     return tuple(zero_gradients(x, (*args, *kwargs.values())) for x in out)
+
+
+def _recurrent_drop_in(q, k, v, g, beta, A_log=None, dt_bias=None, lower_bound=None, **kwargs):
+    """fla's fused_recurrent_kda (its public entry point: no state pool, no final state in place) as
+    kdactl's prefill, through chunk_kda's arguments."""
+    if q.dtype == torch.float32:
+        pytest.skip("unsupported: fp32 q, k, v through a recurrent entry point (kdactl's kernels read 16-bit)")
+    gate = {"A_log": A_log, "dt_bias": dt_bias} if kwargs.get("use_gate_in_kernel") else {}
+    if lower_bound is not None:
+        gate.update(safe_gate=True, lower_bound=lower_bound)
+    return _drop_in(q, k, v, g, beta, **gate, **kwargs)
 
 
 def zero_gradients(out, inputs):
@@ -67,6 +84,8 @@ def kdactl_chunk_kda(request, monkeypatch):
     if not hasattr(module, "chunk_kda"):
         return
     monkeypatch.setattr(module, "chunk_kda", _drop_in)
+    if hasattr(module, "fused_recurrent_kda"):
+        monkeypatch.setattr(module, "fused_recurrent_kda", _recurrent_drop_in)
     fla_assert_close = module.assert_close
     skipped = []
 
