@@ -3,7 +3,7 @@
 fla's test file is not part of this repository: copy this conftest beside a copy of it and run
 pytest there with fla installed (scripts/gpu_visit.sh, section fla-tests):
 
-    pytest -k "test_chunk" <folder>/test_kda.py
+    pytest -k "(test_chunk or test_fused_recurrent) and not vllm_decode" <folder>/test_kda.py
 
 Every ``chunk_kda`` the test module calls becomes kdactl's. kdactl computes no gradients, so the
 forward assertions (o, ht) judge kdactl and the gradient ones are recorded as not run. The test's
