@@ -341,12 +341,19 @@ __device__ __forceinline__ void steep_a_p(Sm& sm, int lane, float scale, const f
   }
 }
 
-// One (chunk, head)'s factors into its workspace block, by one warp: rows row0 .. row0 + ntok - 1 of
-// the flattened layout (ntok <= C), into slot `slot`; with the bound on the chunk's state map when
-// BOUND (route small_bh, a.segment_chunks > 0: the other routes' instance has none of its work).
-template <int K, typename GT, typename In, bool BOUND>
-__device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned char* ws, int64_t slot, int h,
-                                              int64_t row0, int ntok, PrepSmem<K, GT, In>& sm) {
+// prepare_chunk's phases, for a caller that times them (tools/fused_probe.cu): `trace(i)` as phase i ends.
+enum PrepPhase { kStaged, kNormed, kSummed, kProducts, kSolved, kPlanes, kDone, kPrepPhases };
+struct NoTrace {
+  __device__ __forceinline__ void operator()(int) const {}
+};
+
+// One (chunk, head)'s factors into a block laid out as Block<K> (`blk`: global or shared memory), by one
+// warp: rows row0 .. row0 + ntok - 1 of the flattened layout (ntok <= C); with log2 of the bound on the
+// chunk's state map into *bound when BOUND (route small_bh, a.segment_chunks > 0: the other routes'
+// instance has none of its work).
+template <int K, typename GT, typename In, bool BOUND, typename Trace = NoTrace>
+__device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned char* blk, float* bound, int h,
+                                              int64_t row0, int ntok, PrepSmem<K, GT, In>& sm, Trace trace = {}) {
   using Sm = PrepSmem<K, GT, In>;
   constexpr bool kG16 = Sm::kG16;
   using B = Block<K>;
@@ -393,6 +400,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
   if (lane < C) sm.beta[lane] = lane < ntok ? load_beta(a, (row0 + lane) * H + h) : 0.f;
   cp_async_wait_all();
   __syncwarp();
+  trace(kStaged);
   if (!(a.qk_l2norm && fold_l2norm<K, In>(sm, lane))) {  // no norm to fold in: factors of 1
     if (a.qk_l2norm) {  // a row too large to fold: its tile normalized in place
       __syncwarp();
@@ -402,8 +410,8 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     if (lane < C) sm.rq[lane] = 1.f, sm.rk[lane] = 1.f;
   }
   __syncwarp();
+  trace(kNormed);
 
-  unsigned char* blk = ws + (slot * H + h) * B::kBytes;
   bf16* w_out = reinterpret_cast<bf16*>(blk + B::kW);
   bf16* q_out = reinterpret_cast<bf16*>(blk + B::kQ);
   bf16* kr_out = reinterpret_cast<bf16*>(blk + B::kKr);
@@ -479,6 +487,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     }
   }
   __syncwarp();
+  trace(kSummed);
 
   // A (strictly lower, times beta_t) -> sm.NM, and P (lower with diagonal) -> sm.P. Each path leaves
   // in G the operand of W = M' (K e^G), K e^G (fp32), and hands Qg = scale Q e^G / ||q|| and
@@ -540,6 +549,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     steep_a_p<K, In>(sm, lane, scale, q_row, k_row, emit);
   }
   __syncwarp();
+  trace(kProducts);
 
   // M' = (I + N)^-1 Diag(beta) by forward substitution: lane j < C owns column j; M' replaces N.
   {
@@ -560,6 +570,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     }
   }
   __syncwarp();
+  trace(kSolved);
 
   // -M' Diag(1 / ||k_s||) as A operands over the chunk's tokens (k-steps s = 0-7 and 8-15): W's sign here
   uint32_t am[2][4];
@@ -585,6 +596,7 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     put_pair(&sm.NM()[r][c0], planes);
     put_pair(&sm.P()[r][c0], planes + 2 * C * C);
   }
+  trace(kPlanes);
 
   // -W = -M' (K e^G), one key n-tile at a time, out from the accumulators as Qg and Kr went (tile_at's
   // order: a warp's store is one 128-byte line).
@@ -618,8 +630,9 @@ __device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned
     terms = warp_allreduce(t == 0 ? terms : 0.f);
 #pragma unroll
     for (int m = 16; m > 0; m >>= 1) eg_max = fmaxf(eg_max, __shfl_xor_sync(0xffffffffu, eg_max, m));
-    if (lane == 0) chunk_bounds<K>(a, ws)[slot * H + h] = log2f((eg_max + terms) * kBoundMargin);
+    if (lane == 0) *bound = log2f((eg_max + terms) * kBoundMargin);
   }
+  trace(kDone);
 }
 
 template <int K, typename GT, typename In, bool BOUND>
@@ -643,7 +656,9 @@ __global__ void __launch_bounds__(32) kda_chunk_prepare(const kdactl_kda_args a,
   const int64_t row0 = bos + (slot - (bos / C + lo)) * C;
   if (row0 >= eos) return;  // a slot past this sequence's last chunk
   const int ntok = static_cast<int>(eos - row0 < C ? eos - row0 : C);
-  prepare_chunk<K, GT, In, BOUND>(a, ws, slot, h, row0, ntok, *reinterpret_cast<PrepSmem<K, GT, In>*>(smem_raw));
+  const int64_t at = slot * a.heads + h;
+  prepare_chunk<K, GT, In, BOUND>(a, ws + at * Block<K>::kBytes, BOUND ? chunk_bounds<K>(a, ws) + at : nullptr, h, row0,
+                                  ntok, *reinterpret_cast<PrepSmem<K, GT, In>*>(smem_raw));
 #endif
 }
 
@@ -747,6 +762,18 @@ __device__ __forceinline__ int64_t longest_first(const kdactl_kda_args& a, int64
   }
   sync_first<THREADS>();
   return picked;
+}
+
+// S^T (the walk's accumulators, recur's layout) as bf16 A operands, k-step kk: keys 16 kk .. 16 kk + 15.
+template <int K>
+__device__ __forceinline__ void state_operands(const float (&s)[K / 8][4], uint32_t (&as)[K / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    as[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+    as[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+    as[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    as[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+  }
 }
 
 // One chunk of the walk on mma.sync, each warp its 16 value rows: U^T = V^T M'^T + S^T (-W)^T, O^T =
@@ -1088,14 +1115,8 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
       }
     }
 
-    uint32_t as[K / 16][4];  // S^T as bf16 A operands, k-step kk: keys 16 kk .. 16 kk + 15
-#pragma unroll
-    for (int kk = 0; kk < K / 16; ++kk) {
-      as[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-      as[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-      as[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      as[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-    }
+    uint32_t as[K / 16][4];
+    state_operands<K>(s, as);
     // U^T = V^T M'^T + S^T (-W)^T and O^T = S^T Qg^T + U^T P^T: [16 values x 16 tokens] per warp.
     // V^T is an A operand straight from the [token][value] stage: a transposed ldmatrix of the 8x8
     // blocks (tokens 0-7 | 8-15) x (values +0 | +8) gives each lane its (value, tokens 2t..2t+1).
