@@ -31,6 +31,15 @@ __device__ __forceinline__ void sync_first() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(THREADS) : "memory");
 }
 
+// Named barrier `id` (1-15) over `threads` threads: bar.sync waits for them all; bar.arrive counts this
+// thread in and goes on (a producer's "ready" or a consumer's "done" that the other side waits for).
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ---- Tensor cores (device.cuh names the fragment layouts) ---------------------------------------
 // D += A B with fp32 accumulators; SHAPE names the shape and the operand types.
 #define KDACTL_MMA(SHAPE)                                                                                 \

@@ -58,6 +58,14 @@ def test_threads_that_exit_are_expected_at_no_barrier(controls):
     assert out.tolist() == [1.0] * 32 + [2.0] * 32
 
 
+def test_a_bar_arrive_hands_over_to_the_bar_sync_it_completes(controls, capfd):
+    out = torch.zeros(32)
+    assert controls.emu_control_arrive(ctypes.c_void_p(out.data_ptr()), 1) == 0
+    assert out.tolist() == [4.0] * 32
+    assert controls.emu_control_arrive(ctypes.c_void_p(out.data_ptr()), 0) == LAUNCH_FAILURE
+    assert "deadlock in kernel" in capfd.readouterr().err
+
+
 def test_misaligned_cp_async_is_a_launch_failure(controls, capfd):
     src = torch.zeros(16)
     assert controls.emu_control_misaligned_cp_async(ctypes.c_void_p(src.data_ptr())) == LAUNCH_FAILURE

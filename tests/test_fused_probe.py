@@ -70,3 +70,56 @@ def test_the_probe_compiles_for_sm90a(probe, tmp_path, defines):
     assert done.returncode == 0, done.stderr[-3000:]
     assert so.stat().st_size > 0
     assert "kda_fused_probe" in done.stderr  # ptxas compiled the kernel itself, not only the host side
+
+
+@pytest.fixture(scope="module")
+def emulated(nvcc_toolkit, tmp_path_factory):
+    """The emulated kernel library (tests/emu) with the probe built in."""
+    from kdactl.assets import csrc_dir
+    from tests.emu.build import build, cuda_includes
+
+    return build(csrc_dir(), cuda_includes(nvcc_toolkit.nvcc), tmp_path_factory.mktemp("emu"),
+                 extra=(TOOL.with_name("fused_probe.cu"),))  # fmt: skip
+
+
+def _lower_bound_call(draw):
+    from kdactl.bench import configs
+    from tests.kda_inputs import raw_inputs
+
+    x, A_log, dt_bias = raw_inputs(300, 2, draw)  # 19 chunks: 4 segments of 5, the last one of 4
+    args = [x[n] for n in ("q", "k", "v", "g", "beta")]
+    options = dict(fused=configs.LOWER_BOUND.fused_spec(), A_log=A_log, dt_bias=dt_bias, state_v_first=True,
+                   segment_chunks=5)  # fmt: skip
+    return x, args, options
+
+
+@pytest.mark.nvcc
+def test_the_probe_gives_small_bh_bits_in_every_thread_order(emulated):
+    """The probe's hand-over (named barriers, bar.arrive on one side) is race-free where the emulator
+    can tell: its o and final state are small_bh's at the same segments, bit for bit, whichever order
+    the threads released by each barrier run in; and within the SPEC's limit of the fp64 reference."""
+    from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent
+    from tests.emu.kernels import FORWARD, REVERSE, EmulatedKernels
+
+    x, args, options = _lower_bound_call("flashkda")
+    o_ref, s_ref = EmulatedKernels(emulated, 132, FORWARD).run("small_bh", *args, **options)
+    for schedule in (FORWARD, REVERSE, 7):
+        kernels = EmulatedKernels(emulated, 132, schedule)
+        o, s = kernels.run("small_bh", *args, entry="kdactl_fused_probe", workspace_byte=0, **options)
+        assert not kernels.workspace[:4].any(), "a segment did not start warm"
+        assert torch.equal(o, o_ref) and torch.equal(s, s_ref), f"schedule {schedule}"
+    q, k, g, beta = fused_inputs(*args[:2], args[2], *args[3:], options["fused"], options["A_log"], options["dt_bias"])
+    ref_o, ref_s = kda_recurrent(q, k, x["v"], g, beta)
+    assert error_ratio(ref_o, o) < ERROR_LIMIT and error_ratio(ref_s, s.transpose(-1, -2)) < ERROR_LIMIT
+
+
+@pytest.mark.nvcc
+def test_a_segment_that_does_not_start_warm_is_refused(emulated):
+    """A model at initialization barely decays: no segment start forgets its history within 4 chunks,
+    and the probe says so in its flag instead of starting from a guess."""
+    from tests.emu.kernels import EmulatedKernels
+
+    _, args, options = _lower_bound_call("init")
+    kernels = EmulatedKernels(emulated, 132)
+    kernels.run("small_bh", *args, entry="kdactl_fused_probe", workspace_byte=0, **options)
+    assert kernels.workspace[:4].any()

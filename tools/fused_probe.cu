@@ -52,13 +52,6 @@ struct Smem {
 };
 static_assert(sizeof(St) % 128 == 0, "stages on whole lines");
 
-__device__ __forceinline__ void bar_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
 __global__ void __launch_bounds__(kThreads, 1) kda_fused_probe(const kdactl_kda_args a, unsigned* cold) {
 #if !defined(KDACTL_WGMMA)
   __trap();  // host pass, or a device pass without sm_90a's warpgroup MMA
@@ -146,12 +139,12 @@ __global__ void __launch_bounds__(kThreads, 1) kda_fused_probe(const kdactl_kda_
 
   if (w >= 0) {
     const int64_t mine = first - 1 - w;  // a chunk before the segment, walked from c0 on
-    if (p > 0 && mine >= c0 && mine >= 0) bar_arrive(kFull + (mine & (kStages - 1)), kBarThreads);
+    if (p > 0 && mine >= c0 && mine >= 0) named_arrive(kFull + (mine & (kStages - 1)), kBarThreads);
     for (int64_t c = first + ((w - first) & (kStages - 1)); c < c_end; c += kStages) {
 #if defined(PROBE_TRACE)
       const long long wait0 = clock64();
 #endif
-      if (c - kStages >= c0) bar_sync(kEmpty + w, kBarThreads);  // the walk is done with chunk c - kStages
+      if (c - kStages >= c0) named_sync(kEmpty + w, kBarThreads);  // the walk is done with chunk c - kStages
 #if defined(PROBE_TRACE)
       cycles[kPrepPhases] += clock64() - wait0;
 #endif
@@ -170,7 +163,7 @@ __global__ void __launch_bounds__(kThreads, 1) kda_fused_probe(const kdactl_kda_
       }
 #endif
       produce(c, std::false_type{});
-      bar_arrive(kFull + w, kBarThreads);
+      named_arrive(kFull + w, kBarThreads);
     }
 #if defined(PROBE_TRACE)
     if (lane == 0) {
@@ -199,7 +192,7 @@ __global__ void __launch_bounds__(kThreads, 1) kda_fused_probe(const kdactl_kda_
   const int lr = (lane >> 4) * 8 + (lane & 7), lc = ((lane >> 3) & 1) * 8;
   for (int64_t c = c0; c < c_end; ++c) {
     const int stage = static_cast<int>(c & (kStages - 1));
-    bar_sync(kFull + stage, kBarThreads);
+    named_sync(kFull + stage, kBarThreads);
     const St& st = sm.stage[stage];
     uint32_t as[K / 16][4];
     state_operands<K>(s, as);
@@ -210,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, 1) kda_fused_probe(const kdactl_kda_
 #endif
     if (emit) chunk_wgmma<K, true, false>(st, s, as, out, &st.v[lr][vw + lc], t);
     else chunk_wgmma<K, false, false>(st, s, as, out, &st.v[lr][vw + lc], t);
-    if (c + kStages < c_end) bar_arrive(kEmpty + stage, kBarThreads);  // its prepare warp may refill it
+    if (c + kStages < c_end) named_arrive(kEmpty + stage, kBarThreads);  // its prepare warp may refill it
     if (emit) {
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
@@ -255,7 +248,8 @@ extern "C" int kdactl_fused_probe(const kdactl_kda_args* args, void* stream) {
   const dim3 grid(static_cast<unsigned>((nchunks + a.segment_chunks - 1) / a.segment_chunks), a.heads,
                   static_cast<unsigned>(a.batch));
   const int smem = static_cast<int>(sizeof(Smem));
-  KDACTL_TRY(cudaFuncSetAttribute(kda_fused_probe, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  KDACTL_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(kda_fused_probe),
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kda_fused_probe<<<grid, kThreads, smem, static_cast<cudaStream_t>(stream)>>>(a, static_cast<unsigned*>(a.workspace));
   return kdactl_launch_status();
 }

@@ -36,11 +36,12 @@ def emulated_source(text: str) -> str:
     return re.sub(r"\b__shared__\b", "static", text)
 
 
-def _inputs(csrc: Path) -> list[Path]:
+def _inputs(csrc: Path, extra: tuple[Path, ...] = ()) -> list[Path]:
     """The files the library is built from: csrc's kernel sources and headers (not its host
-    extension or fault harness), then the emulator's."""
+    extension or fault harness), ``extra`` kernel sources that include them (tools/fused_probe.cu),
+    then the emulator's."""
     ours = sorted(p for p in csrc.iterdir() if p.suffix in (".cu", ".cuh", ".h"))
-    return ours + [EMU_DIR / name for name in ("emu.h", "ptx.cuh", "runtime.cpp")]
+    return ours + list(extra) + [EMU_DIR / name for name in ("emu.h", "ptx.cuh", "runtime.cpp")]
 
 
 def cuda_includes(nvcc: str) -> list[str]:
@@ -58,28 +59,29 @@ def cuda_includes(nvcc: str) -> list[str]:
     return flags
 
 
-def _key(csrc: Path, includes: list[str]) -> str:
+def _key(csrc: Path, includes: list[str], extra: tuple[Path, ...] = ()) -> str:
     h = hashlib.sha256(" ".join([*FLAGS, *includes]).encode())
-    for p in _inputs(csrc):
+    for p in _inputs(csrc, extra):
         h.update(p.name.encode() + b"\0" + p.read_bytes())
     return h.hexdigest()[:16]
 
 
-def build(csrc: Path, includes: list[str], out_dir: Path, cxx: str = "c++") -> Path:
-    """The emulated library for ``csrc`` under ``out_dir``, compiled with the toolkit's ``includes``
-    (cuda_includes), built once per content: a second call with the same sources returns the same
-    file. Raises RuntimeError with the compiler's output when a file does not compile."""
-    lib = out_dir / f"libkdactl_emu-{_key(csrc, includes)}.so"
+def build(csrc: Path, includes: list[str], out_dir: Path, cxx: str = "c++", extra: tuple[Path, ...] = ()) -> Path:
+    """The emulated library for ``csrc`` (and the ``extra`` kernel sources, emulated alike) under
+    ``out_dir``, compiled with the toolkit's ``includes`` (cuda_includes), built once per content: a
+    second call with the same sources returns the same file. Raises RuntimeError with the compiler's
+    output when a file does not compile."""
+    lib = out_dir / f"libkdactl_emu-{_key(csrc, includes, extra)}.so"
     if lib.exists():
         return lib
     work = out_dir / f"{lib.stem}.src"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    for p in _inputs(csrc):
+    for p in _inputs(csrc, extra):
         if p.parent == csrc and p.name == "ptx.cuh":
             continue  # the emulator's takes its place
         text = p.read_text()
-        (work / p.name).write_text(emulated_source(text) if p.parent == csrc else text)
+        (work / p.name).write_text(emulated_source(text) if p.parent != EMU_DIR else text)
     units = sorted(work.glob("*.cu")) + [work / "runtime.cpp"]
 
     def compile_one(src: Path) -> Path:

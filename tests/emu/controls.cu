@@ -1,8 +1,9 @@
 // Planted faults and one product for the emulator's own tests (tests/test_emulator.py): each entry
 // launches one small kernel and returns the launch's status, so that a test can see that the
 // emulator reports what the GPU would (a deadlock, a misaligned cp.async, a __trap, lanes of a warp
-// at different collectives), lands a cp.async only at its wait, and that its ldmatrix, mma and wgmma
-// agree with a plain matrix product (a wgmma only at the wait that covers it).
+// at different collectives), lands a cp.async only at its wait, hands data over from a bar.arrive to
+// the bar.sync it completes, and that its ldmatrix, mma and wgmma agree with a plain matrix product
+// (a wgmma only at the wait that covers it).
 #include "device.cuh"
 
 namespace {
@@ -40,6 +41,23 @@ __global__ void cp_async_order_kernel(const float* src, float* out) {
   out[0] = dst[0];  // not yet waited for: still -1
   kdactl::cp_async_wait_all();
   out[1] = dst[0];
+}
+
+// A hand-over through named barrier 5 (bar.arrive on one side, bar.sync on the other), twice over:
+// warp 0 writes, arrives and goes on; warp 1 waits, reads, then writes its own answer back (the
+// second phase, which warp 0 waits for). Without warp 0's first arrive (`arrive` 0) warp 1 waits forever.
+__global__ void arrive_kernel(float* out, int arrive) {
+  __shared__ float box[2];
+  if (threadIdx.x < 32) {
+    box[0] = 3.f;
+    if (arrive) kdactl::named_arrive(5, 64);
+    kdactl::named_sync(6, 64);  // warp 1's answer is in
+    out[threadIdx.x] = box[1];
+  } else {
+    kdactl::named_sync(5, 64);
+    box[1] = box[0] + 1.f;
+    kdactl::named_arrive(6, 64);
+  }
 }
 
 // Thread 0 writes element `at` of out (past its end when at is its length).
@@ -128,6 +146,10 @@ extern "C" int emu_control_misaligned_cp_async(const float* src) {
 }
 extern "C" int emu_control_cp_async_order(const float* src, float* out) {
   cp_async_order_kernel<<<1, 32>>>(src, out);
+  return (int)cudaGetLastError();
+}
+extern "C" int emu_control_arrive(float* out, int arrive) {
+  arrive_kernel<<<1, 64>>>(out, arrive);
   return (int)cudaGetLastError();
 }
 extern "C" int emu_control_write_at(float* out, int at) {

@@ -80,13 +80,17 @@ class EmulatedKernels:
 
     def run(self, route: str, q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None,
             fused: Fused = NONE, A_log=None, dt_bias=None, state_v_first=False, tuning: Tuning = AUTO,
-            state_indices=None, checkpoint_every=0, checkpoint_dtype=torch.float32):  # fmt: skip
+            state_indices=None, checkpoint_every=0, checkpoint_dtype=torch.float32, segment_chunks=None,
+            entry=None, workspace_byte=0xFF):  # fmt: skip
         """(o, final state) of one call of ``route`` on contiguous CPU tensors shaped as kdactl.kda's
         (q, k [B,T,Hq,K], v [B,T,H,V], g [B,T,H,K], beta [B,T,H]); with ``state_indices`` the
         initial state is a pool, updated in place and returned as the final state; with
         ``checkpoint_every`` a third item, every sequence's state before tokens 0, C, 2C, ...,
-        sequence after sequence ([rows, H, *state]). Raises RuntimeError with the library's message
-        when the launcher returns an error."""
+        sequence after sequence ([rows, H, *state]). ``segment_chunks`` replaces route small_bh's
+        plan; ``entry`` names another exported launcher of the route's signature to call with the
+        route's arguments and workspace (tools/fused_probe.cu's), whose bytes start as
+        ``workspace_byte`` (0xff: NaN, so that a read before a write shows). Raises RuntimeError with
+        the library's message when the launcher returns an error."""
         p = dataclasses.replace(
             KdaProblem.of(q, v, g, beta, cu_seqlens, state_v_first), checkpoint_every=checkpoint_every
         )
@@ -95,6 +99,8 @@ class EmulatedKernels:
         args = args_template(p, self.device, route_id, K**-0.5 if scale is None else scale, tuning, fused,
                              cu_seqlens is not None and cu_seqlens.dtype == torch.int32,
                              DTYPE_CODES[checkpoint_dtype] if checkpoint_every else 0)  # fmt: skip
+        if segment_chunks is not None:
+            args.segment_chunks = segment_chunks
         pool = initial_state if state_indices is not None else None
         checkpoints = None
         if checkpoint_every:  # kdactl.kda's buffer, [B or 1, rows, H, *state], sequence after sequence
@@ -120,10 +126,10 @@ class EmulatedKernels:
                 setattr(args, name, x.data_ptr())
         need = self.workspace_bytes(route_id, args)
         # NaN bytes: a workspace read before the route writes it shows in the outputs
-        workspace = guards.put("workspace", torch.full((max(need, 1),), 0xFF, dtype=torch.uint8))
+        workspace = guards.put("workspace", torch.full((max(need, 1),), workspace_byte, dtype=torch.uint8))
         args.workspace, args.workspace_bytes = workspace.data_ptr(), need
         self.workspace = workspace  # what the call left there, for tests that read it back
-        launcher = getattr(self.lib, f"kdactl_kda_{route}")
+        launcher = getattr(self.lib, entry or f"kdactl_kda_{route}")
         launcher.argtypes = [ctypes.POINTER(KdaArgs), ctypes.c_void_p]
         rc = launcher(ctypes.byref(args), None)
         if rc:

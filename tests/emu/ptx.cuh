@@ -40,6 +40,8 @@ template <int THREADS>
 inline void sync_first() {
   ::emu::named_barrier(1, THREADS);
 }
+inline void named_sync(int id, int threads) { ::emu::named_barrier(id, threads); }
+inline void named_arrive(int id, int threads) { ::emu::named_arrive(id, threads); }
 
 // ---- Tensor cores -------------------------------------------------------------------------------
 namespace emu_ptx {

@@ -140,8 +140,9 @@ void release(std::vector<Fiber*>& waiters, bool self_too) {
 }
 
 // Barrier `id` of `expected` threads; id 0 (__syncthreads) expects every thread that has not exited,
-// however many exit while others wait (run_fiber completes it then).
-void arrive(int id, int expected) {
+// however many exit while others wait (run_fiber completes it then). The last to arrive releases the
+// others; the rest wait there, unless `wait` is false (bar.arrive: counted in, and on it goes).
+void arrive(int id, int expected, bool wait = true) {
   Block& b = *g_block;
   Barrier& bar = b.bars[id];
   if (id != 0) {
@@ -153,7 +154,7 @@ void arrive(int id, int expected) {
     release(bar.waiters, true);
     return;
   }
-  block_here(bar.waiters);
+  if (wait) block_here(bar.waiters);
 }
 
 char* stack_of(int i) {
@@ -268,6 +269,11 @@ void syncthreads() { arrive(0, 0); }
 void named_barrier(int id, int threads) {
   if (id <= 0 || id >= 16 || threads % 32) trap("bar.sync: barrier id 1..15 and a multiple of 32 threads");
   arrive(id, threads);
+}
+
+void named_arrive(int id, int threads) {
+  if (id <= 0 || id >= 16 || threads % 32) trap("bar.arrive: barrier id 1..15 and a multiple of 32 threads");
+  arrive(id, threads, false);
 }
 
 void warp_collective(WarpOp op, int arg, unsigned mask, LaneIO& mine) {
