@@ -141,36 +141,30 @@ class Calls:
         return run, out
 
     def probe(self, lib: ctypes.CDLL):
-        """(run, outputs, cold): the probe's launch; ``cold()`` says whether a segment of the last calls
-        did not start warm (the probe's workspace is its flag, zeroed here once)."""
+        """(run, outputs, workspace): the probe's launch. The workspace, zeroed here once, holds the flag
+        (its first word: nonzero once a segment of a call did not start warm, ``cold``) and, from byte
+        64 on, PROBE_TRACE's sums."""
         out = self._outputs()
-        flag = torch.zeros(256, dtype=torch.uint8, device=self.device)  # PROBE_TRACE's sums from byte 64 on
-        _, call, lp = self._plan(out, flag)
-        lp.kernel, lp.need, lp.slow, lp.what = lib.kdactl_fused_probe, flag.numel(), False, "the fused probe"
+        workspace = torch.zeros(256, dtype=torch.uint8, device=self.device)
+        _, call, lp = self._plan(out, workspace)
+        lp.kernel, lp.need, lp.slow, lp.what = lib.kdactl_fused_probe, workspace.numel(), False, "the fused probe"
 
         def run():
             lp.launch(call, *out)
             return out
 
-        self.last_flag = flag
-        return run, out, lambda: bool(flag[:4].any())
+        return run, out, workspace
 
 
-def poisoned(run, out):
-    """``run`` after NaN in every output: an element it does not write fails the check."""
-
-    def go():
-        for t in out:
-            t.fill_(float("nan"))
-        return run()
-
-    return go
+def cold(workspace: torch.Tensor) -> bool:
+    """Whether a probe call on this workspace (Calls.probe) met a segment that did not start warm."""
+    return bool(workspace[:4].any())
 
 
 def probe_candidates(x, ref, device, libs: dict[str, ctypes.CDLL]):
     """Each probe library's candidate and small_bh at the probe's segments, for one shape's inputs
     (kdactl.bench.candidates). A probe's check requires its o and final state to be bitwise small_bh's."""
-    from kdactl.bench.candidates import checker
+    from kdactl.bench.candidates import checker, poisoned
     from kdactl.bench.model import Candidate, Check
 
     why = unsupported(x)
@@ -180,17 +174,17 @@ def probe_candidates(x, ref, device, libs: dict[str, ctypes.CDLL]):
     config, seg = x["config"], calls.seg
     twin_name = f"small_bh@{seg}"
     run_twin, twin_out = calls.twin()
-    out = [Candidate(twin_name, "route", run=run_twin, check=checker(poisoned(run_twin, twin_out), ref, config.state_v_first),
+    out = [Candidate(twin_name, "route", run=run_twin, check=checker(poisoned(run_twin, *twin_out), ref, config.state_v_first),
                      note=f"small_bh, {seg} chunks a segment")]  # fmt: skip
     for name, lib in libs.items():
-        run, probe_out, cold = calls.probe(lib)
+        run, probe_out, workspace = calls.probe(lib)
         run()
         torch.cuda.synchronize(device)
-        if cold():
+        if cold(workspace):
             why = f"a segment does not start warm within {WARM_CHUNKS} chunks (the probe does not stitch)"
             out.append(Candidate(name, "route", reason=why))
             continue
-        check = checker(poisoned(run, probe_out), ref, config.state_v_first)
+        check = checker(poisoned(run, *probe_out), ref, config.state_v_first)
 
         def checked(check=check, probe_out=probe_out) -> Check:
             result = check()
@@ -220,11 +214,11 @@ def raw_times(shapes: list[str], libs: dict[str, ctypes.CDLL], iters: int = 10) 
         runs = {f"small_bh@{calls.seg}": calls.twin()[0]}
         traces = {}
         for name, lib in libs.items():
-            run, _, cold = calls.probe(lib)
+            run, _, workspace = calls.probe(lib)
             run()
             torch.cuda.synchronize(device)
-            runs[name + (" (cold: not all warm)" if cold() else "")] = run
-            traces[name] = calls.last_flag
+            runs[name + (" (cold: not all warm)" if cold(workspace) else "")] = run
+            traces[name] = workspace
         for name, run in runs.items():
             for _ in range(min(3, iters)):
                 run()
@@ -237,8 +231,8 @@ def raw_times(shapes: list[str], libs: dict[str, ctypes.CDLL], iters: int = 10) 
                 end.synchronize()
                 times.append(start.elapsed_time(end))
             print(f"{shape.label} {name}: {sorted(times)[len(times) // 2]:.3f} ms", flush=True)
-        for name, flag in traces.items():  # PROBE_TRACE: cycles a chunk in each phase (zero elsewhere)
-            sums = flag[64 : 64 + 8 * (len(PHASES) + 1)].view(torch.int64).tolist()
+        for name, workspace in traces.items():  # PROBE_TRACE: cycles a chunk in each phase (zero elsewhere)
+            sums = workspace[64 : 64 + 8 * (len(PHASES) + 1)].view(torch.int64).tolist()
             if sums[-1]:
                 print(f"{shape.label} {name} cycles a chunk:",
                       ", ".join(f"{p} {x / sums[-1]:.0f}" for p, x in zip(PHASES, sums, strict=False)), flush=True)  # fmt: skip

@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import math
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -127,6 +127,17 @@ def checker(call, ref, state_v_first: bool = False):
     return check
 
 
+def poisoned(run: Callable[[], Any], *outputs: torch.Tensor) -> Callable[[], Any]:
+    """``run`` after filling its preallocated outputs with NaN: an element it leaves unwritten fails the check."""
+
+    def call():
+        for t in outputs:
+            t.fill_(float("nan"))
+        return run()
+
+    return call
+
+
 def own_candidates(inputs, ref, routes: Sequence[str] | None, device) -> list[Candidate]:
     """``auto`` and the requested routes (all of ROUTES by default). Routes run through
     kdactl.kda.prefill with preallocated outputs (poisoned with NaN before the check, so an unwritten
@@ -180,12 +191,7 @@ def own_candidates(inputs, ref, routes: Sequence[str] | None, device) -> list[Ca
         def run(call=call, o=o, state=state):
             return call((o, state))
 
-        def poisoned_run(run=run, o=o, state=state):
-            o.fill_(float("nan"))
-            state.fill_(float("nan"))
-            return run()
-
-        check = checker(poisoned_run, ref, config.state_v_first)
+        check = checker(poisoned(run, o, state), ref, config.state_v_first)
         if route == "small_bh":
             check = _with_segment_starts(check, ws, problem, dev, x)
         out.append(Candidate(name, kind, run=run, check=check, note=note))

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from kdactl.bench.candidates import checker
+from kdactl.bench.candidates import checker, poisoned
 from kdactl.bench.model import REJECTED, UNAVAILABLE, Candidate
 
 FLA_NAMES = ("fla.chunk_kda", "fla.fused_recurrent_kda")
@@ -116,7 +116,7 @@ def flashkda_candidates(inputs, ref) -> list[Candidate]:
                       lower_bound=config.lower_bound, final_state=state, cu_seqlens=x["cu_seqlens"])  # fmt: skip
         return o, state
 
-    return [Candidate(FLASHKDA_NAME, "peer", run=run, check=checker(_poisoned(run, o, state), ref, True),
+    return [Candidate(FLASHKDA_NAME, "peer", run=run, check=checker(poisoned(run, o, state), ref, True),
                       note="flash_kda built from source")]  # fmt: skip
 
 
@@ -149,17 +149,6 @@ def cudnn_candidates(inputs, ref) -> list[Candidate]:
 
     return [Candidate(CUDNN_NAME, "peer", run=run, check=checker(run, ref, True),
                       note=f"nvidia-cudnn-frontend {_version('nvidia-cudnn-frontend')}, plan {CUDNN_PLAN}")]  # fmt: skip
-
-
-def _poisoned(run: Callable[[], Any], *outputs: torch.Tensor) -> Callable[[], Any]:
-    """``run`` after filling its preallocated outputs with NaN: an element it leaves unwritten fails the check."""
-
-    def call():
-        for t in outputs:
-            t.fill_(float("nan"))
-        return run()
-
-    return call
 
 
 ADAPTERS: dict[str, Callable[[dict[str, Any], Any], list[Candidate]]] = {

@@ -7,10 +7,9 @@
 // thread, each running until it reaches a barrier (__syncthreads, a named barrier, a warp
 // collective: __syncwarp, shuffles, votes, mma, ldmatrix), where it waits until every thread the
 // barrier expects has arrived; the last to arrive performs a warp collective for all its lanes. A
-// bar.arrive counts its thread in and runs on. The threads a barrier releases run on in the
-// schedule's order (runtime.cpp). So a kernel computes what
-// the GPU would wherever its threads synchronize as CUDA requires. A cp.async lands only at the wait
-// that covers it, so a missing wait or commit shows. Reported as the launch's error: a block whose
+// bar.arrive counts its thread in and runs on. The threads a barrier releases run on in the schedule's
+// order (runtime.cpp). So a kernel computes what the GPU would wherever its threads synchronize as CUDA
+// requires. A cp.async lands only at the wait that covers it, so a missing wait or commit shows. Reported as the launch's error: a block whose
 // threads cannot all reach their barriers (a deadlock), a misaligned cp.async or ldmatrix, a __trap,
 // lanes of one warp at different collectives, and a launch the GPU would refuse (too much shared
 // memory without the attribute, too many threads, a grid dimension too large). Dynamic shared memory
