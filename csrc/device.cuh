@@ -146,19 +146,14 @@ __device__ __forceinline__ uint16_t o_bits(float x, bool fp16) {
   return __bfloat16_as_ushort(__float2bfloat16(x));
 }
 
-// beta as stored (its dtype, to float), then fla's transform of it (beta_mode): apart, so that a caller
-// can issue the load early and transform the value once it has arrived (tools/fused_probe.cu).
-__device__ __forceinline__ float raw_beta(const kdactl_kda_args& a, int64_t idx) {
-  return a.beta_dtype == KDACTL_DTYPE_BF16   ? __bfloat162float(static_cast<const __nv_bfloat16*>(a.beta)[idx])
-         : a.beta_dtype == KDACTL_DTYPE_FP16 ? __half2float(static_cast<const __half*>(a.beta)[idx])
-                                             : static_cast<const float*>(a.beta)[idx];
-}
-__device__ __forceinline__ float beta_of(const kdactl_kda_args& a, float b) {
+__device__ __forceinline__ float load_beta(const kdactl_kda_args& a, int64_t idx) {
+  const float b = a.beta_dtype == KDACTL_DTYPE_BF16   ? __bfloat162float(static_cast<const __nv_bfloat16*>(a.beta)[idx])
+                  : a.beta_dtype == KDACTL_DTYPE_FP16 ? __half2float(static_cast<const __half*>(a.beta)[idx])
+                                                      : static_cast<const float*>(a.beta)[idx];
   if (a.beta_mode == KDACTL_BETA_AS_GIVEN) return b;
   const float s = 1.f / (1.f + expf(-b));
   return a.beta_mode == KDACTL_BETA_SIGMOID2 ? 2.f * s : s;
 }
-__device__ __forceinline__ float load_beta(const kdactl_kda_args& a, int64_t idx) { return beta_of(a, raw_beta(a, idx)); }
 
 // ---- fla's gates from raw g -------------------------------------------------------------------------
 // log(1 + z) for z in [0, 1] as 2 atanh(s), s = z / (2 + z) in [0, 1/3], by its odd series to s^13:

@@ -347,20 +347,28 @@ struct NoTrace {
   __device__ __forceinline__ void operator()(int) const {}
 };
 
-// Rows row0 .. row0 + ntok - 1 (ntok <= C) of head h's q, k and g into sm by one warp's cp.async
-// copies, committed as one group (rows past the sequence's end are zero: they add nothing anywhere).
-// Lane l copies the same 16-byte piece of every (32 / pieces)-th row, from sources one row stride
-// apart: the offsets, and GVA's division for the q/k head, are worked out once (per piece they were
-// about a third of the prepare's instructions before its first product).
-template <int K, typename GT, typename In>
-__device__ __forceinline__ void stage_chunk(const kdactl_kda_args& a, int h, int64_t row0, int ntok,
-                                            PrepSmem<K, GT, In>& sm) {
+// One (chunk, head)'s factors into a block laid out as Block<K> (`blk`: global or shared memory), by one
+// warp: rows row0 .. row0 + ntok - 1 of the flattened layout (ntok <= C); with log2 of the bound on the
+// chunk's state map into *bound when BOUND (route small_bh, a.segment_chunks > 0: the other routes'
+// instance has none of its work).
+template <int K, typename GT, typename In, bool BOUND, typename Trace = NoTrace>
+__device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned char* blk, float* bound, int h,
+                                              int64_t row0, int ntok, PrepSmem<K, GT, In>& sm, Trace trace = {}) {
   using Sm = PrepSmem<K, GT, In>;
-  const int lane = threadIdx.x & 31;
+  constexpr bool kG16 = Sm::kG16;
+  using B = Block<K>;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int H = a.heads;
+
+  // Stage q, k, g (rows past the sequence's end are zero: they add nothing anywhere). Lane l copies the
+  // same 16-byte piece of every (32 / pieces)-th row, from sources one row stride apart: the offsets,
+  // and GVA's division for the q/k head, are worked out once (per piece they were about a third of the
+  // prepare's instructions before its first product).
   const In* q = static_cast<const In*>(a.q);
   const In* k = static_cast<const In*>(a.k);
   auto clamp_row = [&](int r) { return static_cast<int64_t>(r < ntok ? r : 0); };
-  const int64_t g_stride = static_cast<int64_t>(a.heads) * K;
+  auto raw_g = [&](int r) { return reinterpret_cast<GT*>(&sm.G[r][Sm::kRawAt]); };  // 16-bit g's row r
+  const int64_t g_stride = static_cast<int64_t>(H) * K;
   {
     constexpr int kPieces = K / 8, kRows = 32 / kPieces;  // 16-byte pieces of a 16-bit row; rows a pass
     static_assert(32 % kPieces == 0 && C % kRows == 0, "whole rows a pass");
@@ -368,21 +376,20 @@ __device__ __forceinline__ void stage_chunk(const kdactl_kda_args& a, int h, int
     const int64_t qk_stride = static_cast<int64_t>(qk_heads(a)) * K;
     const In* q_src = q + qk_row(a, row0, h) * K + j * 8;
     const In* k_src = k + qk_row(a, row0, h) * K + j * 8;
-    const GT* g_src = static_cast<const GT*>(a.g) + (row0 * a.heads + h) * K + j * 8;
+    const GT* g_src = static_cast<const GT*>(a.g) + (row0 * H + h) * K + j * 8;
 #pragma unroll
     for (int pass = 0; pass < C / kRows; ++pass) {
       const int r = lane / kPieces + pass * kRows, bytes = r < ntok ? 16 : 0;
       cp_async16_zfill(&sm.q[r][j * 8], q_src + clamp_row(r) * qk_stride, bytes);
       cp_async16_zfill(&sm.k[r][j * 8], k_src + clamp_row(r) * qk_stride, bytes);
-      if constexpr (Sm::kG16)
-        cp_async16_zfill(reinterpret_cast<GT*>(&sm.G[r][Sm::kRawAt]) + j * 8, g_src + clamp_row(r) * g_stride, bytes);
+      if constexpr (kG16) cp_async16_zfill(raw_g(r) + j * 8, g_src + clamp_row(r) * g_stride, bytes);
     }
   }
-  if constexpr (!Sm::kG16) {
+  if constexpr (!kG16) {
     constexpr int kPieces = K / 4, kRows = 32 / kPieces;  // of an fp32 row
     static_assert(32 % kPieces == 0 && C % kRows == 0, "whole rows a pass");
     const int j = lane % kPieces;
-    const float* g_src = static_cast<const float*>(a.g) + (row0 * a.heads + h) * K + j * 4;
+    const float* g_src = static_cast<const float*>(a.g) + (row0 * H + h) * K + j * 4;
 #pragma unroll
     for (int pass = 0; pass < C / kRows; ++pass) {
       const int r = lane / kPieces + pass * kRows;
@@ -390,38 +397,10 @@ __device__ __forceinline__ void stage_chunk(const kdactl_kda_args& a, int h, int
     }
   }
   cp_async_commit();
-}
-
-template <int K, typename GT, typename In, bool BOUND, typename Trace>
-__device__ __forceinline__ void prepare_staged(const kdactl_kda_args& a, unsigned char* blk, float* bound, int h,
-                                               int ntok, PrepSmem<K, GT, In>& sm, Trace trace);
-
-// One (chunk, head)'s factors into a block laid out as Block<K> (`blk`: global or shared memory), by one
-// warp: rows row0 .. row0 + ntok - 1 of the flattened layout (ntok <= C); with log2 of the bound on the
-// chunk's state map into *bound when BOUND (route small_bh, a.segment_chunks > 0: the other routes'
-// instance has none of its work). stage_chunk, then prepare_staged.
-template <int K, typename GT, typename In, bool BOUND, typename Trace = NoTrace>
-__device__ __forceinline__ void prepare_chunk(const kdactl_kda_args& a, unsigned char* blk, float* bound, int h,
-                                              int64_t row0, int ntok, PrepSmem<K, GT, In>& sm, Trace trace = {}) {
-  const int lane = threadIdx.x & 31;
-  stage_chunk<K, GT, In>(a, h, row0, ntok, sm);
-  if (lane < C) sm.beta[lane] = lane < ntok ? load_beta(a, (row0 + lane) * a.heads + h) : 0.f;
+  if (lane < C) sm.beta[lane] = lane < ntok ? load_beta(a, (row0 + lane) * H + h) : 0.f;
   cp_async_wait_all();
   __syncwarp();
   trace(kStaged);
-  prepare_staged<K, GT, In, BOUND>(a, blk, bound, h, ntok, sm, trace);
-}
-
-// prepare_chunk's work once its inputs are in sm: stage_chunk's copies landed (waited for, then
-// __syncwarp) and sm.beta written (0 past the sequence's end).
-template <int K, typename GT, typename In, bool BOUND, typename Trace>
-__device__ __forceinline__ void prepare_staged(const kdactl_kda_args& a, unsigned char* blk, float* bound, int h,
-                                               int ntok, PrepSmem<K, GT, In>& sm, Trace trace) {
-  using Sm = PrepSmem<K, GT, In>;
-  constexpr bool kG16 = Sm::kG16;
-  using B = Block<K>;
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  auto raw_g = [&](int r) { return reinterpret_cast<GT*>(&sm.G[r][Sm::kRawAt]); };  // 16-bit g's row r
   if (!(a.qk_l2norm && fold_l2norm<K, In>(sm, lane))) {  // no norm to fold in: factors of 1
     if (a.qk_l2norm) {  // a row too large to fold: its tile normalized in place
       __syncwarp();

@@ -59,7 +59,6 @@ def test_scope_is_said_by_name(probe):
     [
         (),
         ("PROBE_PREFETCH",),
-        ("PROBE_SINGLE_BUFFER",),
         ("PROBE_TRACE",),
         ("PROBE_SAME_INPUTS", "PROBE_NO_WALK", "PROBE_TRACE"),
         ("PROBE_PREP_WARPS=2",),

@@ -3,9 +3,8 @@
 // to the walk through shared memory instead of through the workspace (49 KB a (chunk, head) of DRAM
 // traffic for the two passes at K = V = 128, against 20 KB for q, k, v, g in and o out).
 //
-// One CTA per (sequence, segment, head), one to an SM: 4 prepare warps (stage_chunk and prepare_staged,
-// the library's: warp w fills ring stage w with the chunks c = w mod 4, and the chunk's v; it stages
-// its next chunk's q, k, g and beta into a second input buffer while it prepares this one) and 8 walk warps (two
+// One CTA per (sequence, segment, head), one to an SM: 4 prepare warps (prepare_chunk, unchanged:
+// warp w fills ring stage w with the chunks c = w mod 4, and the chunk's v) and 8 walk warps (two
 // warpgroups of 64 value rows: chunk_wgmma, unchanged), handing stages over through named barriers
 // (full: the prepare warp's 32 threads arrive, the walk's 256 wait; empty: the other way round).
 // A segment after the first starts from the decay bound as small_bh's warm_start_at does, over at most
@@ -14,8 +13,7 @@
 // covers strongly decaying gates (the lower-bound gate at FlashKDA's draw), and its caller checks it.
 // Scope: fixed-length batches, K = V = 128, bf16 q, k, v and g, no state pool, no checkpoints.
 // Variants (-D, tools/fused_probe.py's FUSED_PROBE_VARIANTS): PROBE_PREP_WARPS (4: the prepare warps and
-// ring stages), PROBE_SINGLE_BUFFER (one input buffer a prepare warp: prepare_chunk stages each chunk's
-// inputs, then waits for them), PROBE_PREFETCH (each prepare warp's next inputs into L2 first), PROBE_TRACE (cycles a
+// ring stages), PROBE_PREFETCH (each prepare warp's next inputs into L2 first), PROBE_TRACE (cycles a
 // chunk in each of prepare_chunk's phases, into the workspace), and two that time parts of the kernel
 // and give wrong results: PROBE_SAME_INPUTS, PROBE_NO_WALK (below).
 #include "kda_chunk.cuh"
@@ -37,11 +35,6 @@ constexpr int kWalkThreads = kWalkWarps * 32;
 constexpr int kThreads = kWalkThreads + kPrepWarps * 32;
 constexpr int kBarThreads = kWalkThreads + 32;  // a stage's barrier: the walk and one prepare warp
 constexpr int kFull = 2, kEmpty = kFull + kStages;  // named barrier ids (0: __syncthreads; 1: sync_first)
-#ifdef PROBE_SINGLE_BUFFER
-constexpr int kInputBufs = 1;  // each chunk's inputs staged, then waited for, by prepare_chunk
-#else
-constexpr int kInputBufs = 2;  // a prepare warp stages its next chunk's inputs while it prepares this one
-#endif
 static_assert((kStages & (kStages - 1)) == 0, "a power of two: c & (kStages - 1)");
 using In = __nv_bfloat16;
 using GT = __nv_bfloat16;
@@ -54,11 +47,10 @@ struct alignas(16) PrepSlot {
 struct Smem {
   St stage[kStages];
   uint16_t o_tile[kWalkWarps][C][24];  // o's bits, a warp's 16 values x 16 tokens
-  PrepSlot prep[kPrepWarps][kInputBufs];
+  PrepSlot prep[kPrepWarps];
   float bound[kPrepWarps];  // log2 of the bounds of the chunks before the segment (warp w: first - 1 - w)
 };
 static_assert(sizeof(St) % 128 == 0, "stages on whole lines");
-static_assert(sizeof(Smem) <= 227 * 1024, "one CTA an SM");
 
 __global__ void __launch_bounds__(kThreads, 1) kda_fused_probe(const kdactl_kda_args a, unsigned* cold) {
 #if !defined(KDACTL_WGMMA)
@@ -91,16 +83,17 @@ __global__ void __launch_bounds__(kThreads, 1) kda_fused_probe(const kdactl_kda_
 #else
   NoTrace trace;
 #endif
-#if defined(PROBE_SAME_INPUTS)
-  auto input_chunk = [&](int64_t c) { return first + (c & (kStages - 1)) < c_end ? first + (c & (kStages - 1)) : first; };
-#else
-  auto input_chunk = [](int64_t c) { return c; };
+  auto produce = [&](int64_t c_out, auto bounded) {
+#if defined(PROBE_TRACE)
+    last = clock64();
+    ++chunks;
 #endif
-  auto rows_in = [&](int64_t c) { return static_cast<int>(eos - (bos + c * C) < C ? eos - (bos + c * C) : C); };
-  // v's rows of chunk c_out's inputs into the chunk's stage (zero past the end): one cp.async group.
-  auto stage_v = [&](int64_t c_out) {
     St& st = sm.stage[c_out & (kStages - 1)];
-    const int64_t c = input_chunk(c_out);
+#if defined(PROBE_SAME_INPUTS)
+    const int64_t c = first + (c_out & (kStages - 1)) < c_end ? first + (c_out & (kStages - 1)) : first;
+#else
+    const int64_t c = c_out;
+#endif
     const uint16_t* v = static_cast<const uint16_t*>(a.v);
 #pragma unroll
     for (int it = 0; it < C * (V / 8) / 32; ++it) {
@@ -110,57 +103,13 @@ __global__ void __launch_bounds__(kThreads, 1) kda_fused_probe(const kdactl_kda_
       cp_async16_zfill(&st.v[r][col], v + ((in ? row : bos) * H + h) * V + col, in ? 16 : 0);
     }
     cp_async_commit();
-  };
-  auto trace_start = [&] {
-#if defined(PROBE_TRACE)
-    last = clock64();
-    ++chunks;
-#endif
-  };
-  auto stage_done = [&] {  // every copy of the stage landed: the tensor cores may read it
-    fence_proxy_async();
-    __syncwarp();
-  };
-  // Chunk c_out into its stage whole, by prepare warp w with its first input buffer: stage, wait, prepare.
-  auto produce = [&](int64_t c_out, auto bounded) {
-    trace_start();
-    stage_v(c_out);
-    const int64_t row0 = bos + input_chunk(c_out) * C;
-    prepare_chunk<K, GT, In, decltype(bounded)::value>(a, reinterpret_cast<unsigned char*>(&sm.stage[c_out & (kStages - 1)]),
-                                                       &sm.bound[w], h, row0, rows_in(input_chunk(c_out)),
-                                                       sm.prep[w][0].sm, trace);
+    const int64_t row0 = bos + c * C;
+    prepare_chunk<K, GT, In, decltype(bounded)::value>(a, reinterpret_cast<unsigned char*>(&st), &sm.bound[w], h, row0,
+                                                       static_cast<int>(eos - row0 < C ? eos - row0 : C), sm.prep[w].sm,
+                                                       trace);
     cp_async_wait_all();
-    stage_done();
-  };
-  // Chunk c_out's q, k and g into input buffer `buf` (one cp.async group), and this lane's beta as stored
-  // (transformed once it has arrived, in produce_staged): the loads are in flight while the warp
-  // prepares the chunk before.
-  auto stage_inputs = [&](int64_t c_out, int buf) {
-    const int64_t c = input_chunk(c_out), row0 = bos + c * C;
-    const int ntok = rows_in(c);
-    stage_chunk<K, GT, In>(a, h, row0, ntok, sm.prep[w][buf].sm);
-    return lane < ntok ? raw_beta(a, (row0 + lane) * H + h) : 0.f;
-  };
-  // Chunk c_out into its stage from input buffer `buf`, staged with its beta by stage_inputs, while the
-  // next chunk's inputs (`more`) are staged into the other buffer. The cp.async groups outstanding here, oldest
-  // first: this chunk's inputs, its v, the next chunk's inputs.
-  auto produce_staged = [&](int64_t c_out, int buf, float beta, bool more) {
-    trace_start();
-    stage_v(c_out);
-    const float next_beta = more ? stage_inputs(c_out + kStages, buf ^ 1) : 0.f;
-    Prep& in = sm.prep[w][buf].sm;
-    const int ntok = rows_in(input_chunk(c_out));
-    if (lane < C) in.beta[lane] = lane < ntok ? beta_of(a, beta) : 0.f;
-    if (more) cp_async_wait<2>();  // this chunk's inputs
-    else cp_async_wait<1>();
+    fence_proxy_async();  // the stage's generic writes, for the tensor cores' reads
     __syncwarp();
-    trace(kStaged);
-    prepare_staged<K, GT, In, false>(a, reinterpret_cast<unsigned char*>(&sm.stage[c_out & (kStages - 1)]),
-                                     &sm.bound[w], h, ntok, in, trace);
-    if (more) cp_async_wait<1>();  // and its v
-    else cp_async_wait<0>();
-    stage_done();
-    return next_beta;
   };
 
   // The chunks before the segment, with their bounds, then its start: warm_start_at's walk back.
@@ -191,9 +140,7 @@ __global__ void __launch_bounds__(kThreads, 1) kda_fused_probe(const kdactl_kda_
   if (w >= 0) {
     const int64_t mine = first - 1 - w;  // a chunk before the segment, walked from c0 on
     if (p > 0 && mine >= c0 && mine >= 0) named_arrive(kFull + (mine & (kStages - 1)), kBarThreads);
-    int64_t c = first + ((w - first) & (kStages - 1));  // this warp's first chunk of the segment
-    float beta = kInputBufs > 1 && c < c_end ? stage_inputs(c, 0) : 0.f;
-    for (int buf = 0; c < c_end; c += kStages, buf ^= 1) {
+    for (int64_t c = first + ((w - first) & (kStages - 1)); c < c_end; c += kStages) {
 #if defined(PROBE_TRACE)
       const long long wait0 = clock64();
 #endif
@@ -215,8 +162,7 @@ __global__ void __launch_bounds__(kThreads, 1) kda_fused_probe(const kdactl_kda_
         }
       }
 #endif
-      if constexpr (kInputBufs > 1) beta = produce_staged(c, buf, beta, c + kStages < c_end);
-      else produce(c, std::false_type{});
+      produce(c, std::false_type{});
       named_arrive(kFull + w, kBarThreads);
     }
 #if defined(PROBE_TRACE)
