@@ -204,8 +204,10 @@ def raw_times(shapes: list[str], libs: dict[str, ctypes.CDLL], iters: int = 10) 
     small_bh at the same segments, per lower-bound shape at FlashKDA's draw; CUDA events, warm L2."""
     from kdactl.bench.candidates import make_inputs
     from kdactl.bench.suites import parse_shape
+    from kdactl.bench.timing import EventTimer
 
     device = torch.device("cuda", 0)
+    timer = EventTimer(device)
     torch.set_grad_enabled(False)
     for text in shapes:
         shape = dataclasses.replace(parse_shape(text), config="lower-bound", gate_params="flashkda")
@@ -222,14 +224,7 @@ def raw_times(shapes: list[str], libs: dict[str, ctypes.CDLL], iters: int = 10) 
         for name, run in runs.items():
             for _ in range(min(3, iters)):
                 run()
-            times = []
-            for _ in range(iters):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                run()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
+            times = [timer.time_ms(run) for _ in range(iters)]
             print(f"{shape.label} {name}: {sorted(times)[len(times) // 2]:.3f} ms", flush=True)
         for name, workspace in traces.items():  # PROBE_TRACE: cycles a chunk in each phase (zero elsewhere)
             sums = workspace[64 : 64 + 8 * (len(PHASES) + 1)].view(torch.int64).tolist()

@@ -20,7 +20,7 @@ import kdactl.kda.routes as routes
 from kdactl.bench.candidates import checker, make_inputs, reference
 from kdactl.bench.configs import CONFIGS, GATE_PARAMS
 from kdactl.bench.suites import Shape, parse_shape
-from kdactl.bench.timing import L2Flusher
+from kdactl.bench.timing import EventTimer, L2Flusher
 from kdactl.kda import KdaWorkspace, plans, prefill
 from kdactl.kda.device import device_info
 from kdactl.kda.validation import validate
@@ -57,6 +57,7 @@ def main() -> None:
     args = ap.parse_args()
     device = torch.device("cuda", 0)
     flush = L2Flusher(device, torch.cuda.get_device_properties(device).L2_cache_size)
+    timer = EventTimer(device)
     for base in args.shapes:
         shape = Shape(base.batch, base.seqlen, base.heads, config=args.config, gate_params=args.gate_params)
         x = make_inputs(shape, device)
@@ -82,12 +83,7 @@ def main() -> None:
             times = []
             for _ in range(args.iters):
                 flush()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                run()
-                end.record()
-                torch.cuda.synchronize()
-                times.append(start.elapsed_time(end))
+                times.append(timer.time_ms(run))
             name = factor if factor == "two-ctas" else f"x{factor:g}"
             cells.append(f"{name}: P={sp.segments} L={sp.segment_chunks} {statistics.median(times):.3f} ms (err {check.o_err:.1e}/{check.state_err:.1e})")
         routes.small_bh_plan = PLAN
