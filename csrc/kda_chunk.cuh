@@ -1024,8 +1024,10 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
       if (m_slot) c_first = mid, warm = warm_mid, second_half = true;
       else c_end = mid, first_half = true;
     } else {
-      const bool next_reads = p < segments - 1 && warm_start(sg, slot0, h, H, p + 1) < 0;
-      if (m_slot ? known || !next_reads : !known && !next_reads) return;
+      // Whether the stitch reads this segment's E and M. Asked only where it decides: a known segment's E
+      // slot walks and its M slot returns either way, without a second round trip for the next bounds.
+      auto next_reads = [&] { return p < segments - 1 && warm_start(sg, slot0, h, H, p + 1) < 0; };
+      if (m_slot ? known || !next_reads() : !known && !next_reads()) return;
     }
   }
   const bool homogeneous = m_slot && !second_half;  // an M slot that maps M

@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(K * stitch_split(BUFS))
     return p;
   };
 
-  load_start(0);  // S_1 (read only when segment 1 does not start warm, which is when it was written)
+  if (!is_warm(1)) load_start(0);  // S_1 = E_0, which step 1 reads only where segment 1 does not start warm
   int buf = 0;
   if (next_mapped(1) <= P - 2) load_map(next_mapped(1), 0);
   for (int p = 1; p <= P - 2; ++p) {
