@@ -2,7 +2,8 @@
 the quick check of a kernel change on a machine without a GPU. Builds the emulated library of this
 tree's csrc (cached under --cache by content), runs each route asked for, and prints the error
 ratios of o and the final state (the SPEC's limit is 5e-3), small_bh's segment plan, and whether the
-outputs keep their bits when the threads between barriers run in reverse and shuffled order.
+outputs keep their bits when the threads between barriers run in reverse and shuffled order, and with
+each warp running ahead alone.
 
     python3 tools/emulate.py 1,1000,2                                   # plain, chunk
     python3 tools/emulate.py --routes chunk,small_bh --sms 16 --config lower-bound --gate-params flashkda 1,1000,2
@@ -29,7 +30,7 @@ from kdactl.kda.problem import KdaProblem  # noqa: E402
 from kdactl.kda.routes import DeviceInfo, route_detail  # noqa: E402
 from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent  # noqa: E402
 from tests.emu.build import build, cuda_includes  # noqa: E402
-from tests.emu.kernels import FORWARD, REVERSE, EmulatedKernels  # noqa: E402
+from tests.emu.kernels import FORWARD, REVERSE, WARP_AHEAD, EmulatedKernels  # noqa: E402
 from tests.kda_inputs import fla_gate_case, raw_inputs  # noqa: E402
 
 SHUFFLED = 7
@@ -50,7 +51,7 @@ def main() -> int:
     ap.add_argument("--fp16", action="store_true", help="q, k, v in fp16 (fused configurations)")
     ap.add_argument("--v-first", action="store_true")
     ap.add_argument("--sms", type=int, default=132, help="the emulated device's SM count (plans small_bh)")
-    ap.add_argument("--schedules", action="store_true", help="also run reversed and shuffled; compare bits")
+    ap.add_argument("--schedules", action="store_true", help="also run reversed, shuffled and warps ahead; compare bits")
     ap.add_argument("--cache", type=Path, default=Path("/tmp/kdactl-emu"))
     args = ap.parse_args()
     B, T, H = (int(x) for x in args.shape.split(","))
@@ -87,7 +88,7 @@ def main() -> int:
     device = DeviceInfo(args.sms, (9, 0), "sm_90a")
     worst = 0.0
     for route in args.routes.split(","):
-        schedules = (FORWARD, REVERSE, SHUFFLED) if args.schedules else (FORWARD,)
+        schedules = (FORWARD, REVERSE, SHUFFLED, WARP_AHEAD) if args.schedules else (FORWARD,)
         runs = []
         for schedule in schedules:
             t = time.monotonic()

@@ -2,7 +2,7 @@
 the same route plans as kdactl.kda.launch: its KdaArgs template with the tensors' pointers, the
 route's workspace, the route's launcher. One library copy per emulated device (SM count and shared
 memory per block, which the library reads once per process and plans its grids and rings by) and
-schedule (the order in which threads run between barriers: FORWARD, REVERSE, a seed)."""
+schedule (the order in which threads run between barriers: FORWARD, REVERSE, WARP_AHEAD, a seed)."""
 
 from __future__ import annotations
 
@@ -47,9 +47,10 @@ class Guards:
         return [n for n, b in self.buffers.items() if not ((b[:GUARD] == 0xFF).all() and (b[-GUARD:] == 0xFF).all())]
 
 
-# Orders of threads between barriers (tests/emu/runtime.cpp): by index, reversed, or shuffled from a
-# seed >= 2. A kernel free of races computes the same bits under each.
-FORWARD, REVERSE = 0, 1
+# Orders of threads between barriers (tests/emu/runtime.cpp): by index, reversed, shuffled from a
+# seed >= 2, or by index with each warp running on alone up to a barrier of the block (WARP_AHEAD;
+# elsewhere warps keep step at their collectives). A kernel free of races computes the same bits under each.
+FORWARD, REVERSE, WARP_AHEAD = 0, 1, -1
 H200_SMEM_OPTIN = 232448  # shared memory per block with the attribute: 227 KB (sm_90, sm_100)
 SMALL_SMEM_OPTIN = 101376  # 99 KB: sm_86, sm_89, sm_120
 

@@ -82,15 +82,19 @@ cudaError_t g_last_error = cudaSuccess;
 int g_sms = 132;
 int g_smem_optin = 232448;  // shared memory per block with the attribute: the H200's 227 KB
 // The order in which threads released together run on (kdactl_emu_configure): 0 by thread index,
-// 1 reversed, n >= 2 shuffled from seed n. A kernel whose threads synchronize as CUDA requires
-// computes the same bits in every order; one that reads what another thread may not have written
-// yet (or may already have overwritten) depends on it.
+// 1 reversed, n >= 2 shuffled from seed n, -1 by thread index with each warp running ahead (the lanes
+// a warp collective releases run before any other thread, so a warp goes on alone up to a barrier
+// of the block: what a GPU may do, and where warps that keep step at their collectives hide a race
+// between them). A kernel whose threads synchronize as CUDA requires computes the same bits in every
+// order; one that reads what another thread may not have written yet (or may already have
+// overwritten) depends on it.
+constexpr int kWarpAhead = -1;
 int g_schedule = 0;
 std::mt19937 g_shuffle;
 std::vector<std::pair<const void*, int>> g_smem_attr;
 std::vector<char*> g_stacks;
 
-void release(std::vector<Fiber*>& waiters, bool self_too);
+void release(std::vector<Fiber*>& waiters, bool self_too, bool warp = false);
 
 void run_fiber() {
   Block& b = *g_block;
@@ -109,7 +113,7 @@ void run_fiber() {
     const unsigned slot = w.gen % 2;
     w.op[slot](w.slots[slot], w.mask[slot], w.arg[slot]);
     w.arrived = 0, ++w.gen;
-    release(w.waiters, false);
+    release(w.waiters, false, true);
   }
   swapcontext(&f->ctx, &b.scheduler);
 }
@@ -123,8 +127,9 @@ void block_here(std::vector<Fiber*>& waiters) {
 }
 
 // Puts the threads waiting at a completed barrier (and, with `self_too`, the running one, which then
-// yields) on the ready list, in the schedule's order.
-void release(std::vector<Fiber*>& waiters, bool self_too) {
+// yields) on the ready list, in the schedule's order; a warp collective's lanes (`warp`) first of all
+// under kWarpAhead.
+void release(std::vector<Fiber*>& waiters, bool self_too, bool warp) {
   Block& b = *g_block;
   if (self_too) waiters.push_back(b.current);
   if (g_schedule >= 2) {
@@ -134,7 +139,8 @@ void release(std::vector<Fiber*>& waiters, bool self_too) {
       return g_schedule == 1 ? x->t.linear > y->t.linear : x->t.linear < y->t.linear;
     });
   }
-  for (Fiber* x : waiters) b.ready.push_back(x);
+  if (warp && g_schedule == kWarpAhead) b.ready.insert(b.ready.begin(), waiters.begin(), waiters.end());
+  else b.ready.insert(b.ready.end(), waiters.begin(), waiters.end());
   waiters.clear();
   if (self_too) swapcontext(&b.current->ctx, &b.scheduler);
 }
@@ -291,7 +297,7 @@ void warp_collective(WarpOp op, int arg, unsigned mask, LaneIO& mine) {
   if (++w.arrived >= w.live) {
     op(w.slots[slot], mask, arg);
     w.arrived = 0, ++w.gen;
-    release(w.waiters, true);
+    release(w.waiters, true, true);
   } else {
     block_here(w.waiters);
   }
