@@ -26,7 +26,7 @@ from kdactl.kernel_abi import SMALL_BH_MAX_UNSTITCHED
 from kdactl.kda.tuning import Tuning
 from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent
 from tests.emu.build import build, cuda_includes
-from tests.emu.kernels import FORWARD, REVERSE, SMALL_SMEM_OPTIN, WARP_AHEAD, EmulatedKernels
+from tests.emu.kernels import EVERY_ORDER, FORWARD, REVERSE, SMALL_SMEM_OPTIN, EmulatedKernels
 from tests.kda_inputs import EDGE_CASES, bend_to_edge, carried_history_inputs, fla_gate_case, raw_inputs
 
 LOWER_BOUND, SOFTPLUS = configs.LOWER_BOUND.fused_spec(), configs.SOFTPLUS.fused_spec()  # the bench's configurations
@@ -329,9 +329,6 @@ def test_small_bh_fp16_softplus(kernels):
     assert max(errors(kernels, "small_bh", x, sms=FEW_SMS, fused=SOFTPLUS, A_log=A_log, dt_bias=dt_bias)) < ERROR_LIMIT
 
 
-SHUFFLED = 7  # a schedule: the threads released together run in an order shuffled from seed 7
-
-
 @pytest.mark.parametrize("route", ["direct", "chunk", "small_bh"])
 def test_no_result_depends_on_the_order_of_threads(kernels, route):
     """Bitwise the same outputs whatever order the threads run in between barriers (lower-bound
@@ -339,7 +336,7 @@ def test_no_result_depends_on_the_order_of_threads(kernels, route):
     written yet or may already have overwritten."""
     x, A_log, dt_bias = raw_inputs(72 if route == "direct" else 300, 2, "init")
     call = dict(fused=LOWER_BOUND, A_log=A_log, dt_bias=dt_bias, state_v_first=True)
-    runs = [kernels(FEW_SMS, s).run(route, **x, **call) for s in (FORWARD, REVERSE, SHUFFLED, WARP_AHEAD)]
+    runs = [kernels(FEW_SMS, schedule).run(route, **x, **call) for schedule in EVERY_ORDER]
     for o, state in runs[1:]:
         assert torch.equal(o, runs[0][0]) and torch.equal(state, runs[0][1])
 
@@ -373,7 +370,7 @@ def test_small_bh_varlen_and_pool_do_not_depend_on_the_order_of_threads(kernels)
     pooled = dict(x, state_indices=torch.tensor([4, 1], dtype=torch.int32))
     for call, start in ((varlen, None), (pooled, pool)):
         runs = [kernels(FEW_SMS, schedule).run("small_bh", **call, initial_state=None if start is None else start.clone())
-                for schedule in (FORWARD, REVERSE, SHUFFLED, WARP_AHEAD)]  # fmt: skip
+                for schedule in EVERY_ORDER]  # fmt: skip
         for o, state in runs[1:]:
             assert torch.equal(o, runs[0][0]) and torch.equal(state, runs[0][1])
 

@@ -99,11 +99,11 @@ def test_the_probe_gives_small_bh_bits_in_every_thread_order(emulated):
     can tell: its o and final state are small_bh's at the same segments, bit for bit, whichever order
     the threads released by each barrier run in; and within the SPEC's limit of the fp64 reference."""
     from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent
-    from tests.emu.kernels import FORWARD, REVERSE, WARP_AHEAD, EmulatedKernels
+    from tests.emu.kernels import EVERY_ORDER, FORWARD, EmulatedKernels
 
     x, args, options = _lower_bound_call("flashkda")
     o_ref, s_ref = EmulatedKernels(emulated, 132, FORWARD).run("small_bh", *args, **options)
-    for schedule in (FORWARD, REVERSE, 7, WARP_AHEAD):
+    for schedule in EVERY_ORDER:
         kernels = EmulatedKernels(emulated, 132, schedule)
         o, s = kernels.run("small_bh", *args, entry="kdactl_fused_probe", workspace_byte=0, **options)
         assert not kernels.workspace[:4].any(), "a segment did not start warm"

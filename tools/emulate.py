@@ -30,10 +30,8 @@ from kdactl.kda.problem import KdaProblem  # noqa: E402
 from kdactl.kda.routes import DeviceInfo, route_detail  # noqa: E402
 from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent  # noqa: E402
 from tests.emu.build import build, cuda_includes  # noqa: E402
-from tests.emu.kernels import FORWARD, REVERSE, WARP_AHEAD, EmulatedKernels  # noqa: E402
+from tests.emu.kernels import EVERY_ORDER, FORWARD, EmulatedKernels  # noqa: E402
 from tests.kda_inputs import fla_gate_case, raw_inputs  # noqa: E402
-
-SHUFFLED = 7
 
 
 def main() -> int:
@@ -51,7 +49,9 @@ def main() -> int:
     ap.add_argument("--fp16", action="store_true", help="q, k, v in fp16 (fused configurations)")
     ap.add_argument("--v-first", action="store_true")
     ap.add_argument("--sms", type=int, default=132, help="the emulated device's SM count (plans small_bh)")
-    ap.add_argument("--schedules", action="store_true", help="also run reversed, shuffled and warps ahead; compare bits")
+    ap.add_argument(
+        "--schedules", action="store_true", help="also run reversed, shuffled and warps ahead; compare bits"
+    )
     ap.add_argument("--cache", type=Path, default=Path("/tmp/kdactl-emu"))
     args = ap.parse_args()
     B, T, H = (int(x) for x in args.shape.split(","))
@@ -88,7 +88,7 @@ def main() -> int:
     device = DeviceInfo(args.sms, (9, 0), "sm_90a")
     worst = 0.0
     for route in args.routes.split(","):
-        schedules = (FORWARD, REVERSE, SHUFFLED, WARP_AHEAD) if args.schedules else (FORWARD,)
+        schedules = EVERY_ORDER if args.schedules else (FORWARD,)
         runs = []
         for schedule in schedules:
             t = time.monotonic()

@@ -51,6 +51,8 @@ class Guards:
 # seed >= 2, or by index with each warp running on alone up to a barrier of the block (WARP_AHEAD;
 # elsewhere warps keep step at their collectives). A kernel free of races computes the same bits under each.
 FORWARD, REVERSE, WARP_AHEAD = 0, 1, -1
+SHUFFLED = 7  # the threads released together run in an order shuffled from seed 7
+EVERY_ORDER = (FORWARD, REVERSE, SHUFFLED, WARP_AHEAD)  # what the thread-order checks compare
 H200_SMEM_OPTIN = 232448  # shared memory per block with the attribute: 227 KB (sm_90, sm_100)
 SMALL_SMEM_OPTIN = 101376  # 99 KB: sm_86, sm_89, sm_120
 
