@@ -156,27 +156,23 @@ __device__ __forceinline__ float load_beta(const kdactl_kda_args& a, int64_t idx
 }
 
 // ---- fla's gates from raw g -------------------------------------------------------------------------
-// log(1 + z) for z in [0, 1] as 2 atanh(s), s = z / (2 + z) in [0, 1/3], by its odd series to s^13:
-// the dropped tail is below s^14 / 15 < 1.4e-8 of the result and the rest is 7 fma and one rcp, so the
-// relative error stays near 2^-22 however small z is (z -> 2 s: no cancellation, unlike log(1 + z),
-// whose absolute error would pile up over the tokens of a weakly decaying sequence).
-__device__ __forceinline__ float log1p_unit(float z) {
-  const float s = z * rcp(2.f + z), s2 = s * s;
-  float p = 1.f / 13.f;
-  p = fmaf(p, s2, 1.f / 11.f);
-  p = fmaf(p, s2, 1.f / 9.f);
-  p = fmaf(p, s2, 1.f / 7.f);
-  p = fmaf(p, s2, 1.f / 5.f);
-  p = fmaf(p, s2, 1.f / 3.f);
-  p = fmaf(p, s2, 1.f);
-  return 2.f * s * p;
+// log(1 + e^-y) for y >= 0 as 2 atanh(s), s = z / (2 + z) = 1 / (1 + 2^(y log2(e) + 1)) in (0, 1/3] with
+// z = e^-y (one ex2 and one rcp; past y ~ 88 the ex2 is inf and s = 0, the limit), and 2 atanh(s) as
+// s P(s^2), P the minimax cubic of 2 atanh(s) / s on s^2 in [0, 1/9] (relative error 1.8e-7 = 2^-22.4;
+// `python3 tools/gate_poly.py` fits it). s carries z's relative error, so the result's stays near 2^-21
+// however small z is (log(1 + z) itself would lose z's bits to the rounding of 1 + z, an absolute error
+// that piles up over the tokens of a weakly decaying sequence).
+__device__ __forceinline__ float log1p_exp_neg(float y) {
+  const float s = rcp(1.f + ex2(fmaf(y, kLog2e, 1.f))), u = s * s;
+  return s * fmaf(fmaf(fmaf(0.3422605f, u, 0.39589462f), u, 0.66676f), u, 1.9999996f);
 }
 
 // The gate of one head, its constants read once (a CTA or a lane keeps it for all its tokens):
 // g as given, -A softplus(x) or lb sigmoid(A x), x = g + dt_bias[h, key], A = exp(A_log[h]).
 // Relative error of a gate value, fast path against the exact function of the fp32 inputs (the
 // error budget tests/test_kda_fused_gpu.py::test_gate_precision holds it to):
-//   softplus:    2^-22 (ex) + |x| 2^-24 (x log2 e rounded) + ~3 2^-23 (rcp, series, fma)   = 1.6e-6 at |x| = 20
+//   softplus:    2^-22 (ex2) + |x| 2^-24 (|x| log2 e + 1 rounded) + 2^-23 (rcp) + 2^-22.4 (the cubic)
+//                + ~3 2^-24 (s^2, Horner's fma)                                             = 1.9e-6 at |x| = 20
 //   lower bound: 2^-22 (ex2) + |A x| 3 2^-24 (x, -A log2 e and their product rounded) + 2^-23 (rcp)
 //                + 2^-24 (1 + e^-y rounded)                                                = 4.0e-6 at |A x| = 20
 // A relative error eps of every gate makes e^(G_t - G_s) off by a factor e^(eps |G_t - G_s|); weighted by
@@ -197,7 +193,7 @@ struct Gate {
   // e^(-A x) as one ex2 of x times -A log2(e) (e^-y = inf -> 0: the sigmoid's limit).
   __device__ __forceinline__ static float softplus_of(float g, float bias) {
     const float x = g + bias;
-    return fmaxf(x, 0.f) + log1p_unit(ex2(fabsf(x) * -kLog2e));
+    return fmaxf(x, 0.f) + log1p_exp_neg(fabsf(x));
   }
   __device__ __forceinline__ float sigmoid_of(float g, float bias) const { return rcp(1.f + ex2((g + bias) * neg_A_log2e)); }
   // The log decay of raw g (bias: dt_bias of the key, from bias()), for a mode known at compile time:

@@ -12,6 +12,7 @@ __all__ = [
     "carried_history_inputs",
     "cu_seqlens_of",
     "fla_gate_case",
+    "gate_sweep",
     "make_inputs",
     "raw_inputs",
 ]
@@ -99,6 +100,39 @@ def raw_inputs(T, H, draw, *, K=128, lengths=None, fp16=False, seed=0):
              g=randn(B, T, H, K).to(torch.bfloat16), beta=randn(B, T, H).to(torch.bfloat16))  # fmt: skip
     A_log, dt_bias = gate_params(draw, H, K, gen, "cpu")
     return x, A_log, dt_bias
+
+
+# Raw gate inputs x = g + dt_bias swept over every region of both gates: softplus's series for
+# e^-|x| and its linear part past 20, the sigmoid's saturation at either end, and x = 0.
+GATE_SWEEP = torch.cat([torch.linspace(-30, 30, 97), torch.tensor([-20.1, -19.9, -15.0, -8.0, -4.16, -4.15, -1e-3,
+                                                                   0.0, 1e-3, 4.15, 4.16, 8.0, 15.0, 19.9, 20.0,
+                                                                   20.1, 25.0, -87.0, 87.0, -0.5, 0.5, -2.0, 2.0,
+                                                                   -6.0, 6.0, -10.0, 10.0, -12.0, 12.0, -3.0, 3.0])])
+
+
+def gate_sweep(T: int, gate: str, *, device: str = "cpu"):
+    """(prefill's keyword arguments, G_T in fp64 [H, K]) of a call whose final state measures the
+    in-kernel gate: beta = 0, so nothing enters the state and S_T = e^(G_T) S_0 per key, G_T the sum of
+    T equal gates of x = dt_bias = GATE_SWEEP (g = 0), 2 heads. Head 1's A = e^5 turns softplus's tiny
+    values (x = -15: 3e-7 a token) into a decay that thousands of tokens sum to a measurable one, where
+    an absolute error of the gate (log(1 + z) near z = 0) would pile up. gate: "softplus" or "bound"."""
+    from kdactl.kda.fused import GATE_LOWER_BOUND, GATE_SOFTPLUS, Fused
+    from kdactl.reference import fused_inputs
+
+    K, H = 128, 2
+    assert GATE_SWEEP.numel() == K
+    fused = Fused(gate_mode=GATE_SOFTPLUS) if gate == "softplus" else Fused(gate_mode=GATE_LOWER_BOUND, lower_bound=-5.0)
+    gen = torch.Generator(device=device).manual_seed(T)
+    q = torch.nn.functional.normalize(torch.randn(1, T, H, K, device=device, generator=gen), dim=-1).bfloat16()
+    x = {"q": q, "k": q.clone(), "v": torch.randn(1, T, H, K, device=device, generator=gen).bfloat16(),
+         "g": torch.zeros(1, T, H, K, device=device), "beta": torch.zeros(1, T, H, device=device).bfloat16()}  # fmt: skip
+    A_log = torch.tensor([0.0, 5.0], device=device)
+    dt_bias = GATE_SWEEP.to(device).repeat(H)
+    s0 = torch.ones(1, H, K, K, device=device)
+    _, _, g64, _ = fused_inputs(x["q"][:, :1], x["k"][:, :1], x["v"][:, :1], x["g"][:, :1], x["beta"][:, :1], fused,
+                                A_log, dt_bias)  # fmt: skip
+    kwargs = dict(x, fused=fused, A_log=A_log, dt_bias=dt_bias, initial_state=s0)
+    return kwargs, T * g64[0, 0]
 
 
 def fla_gate_case():

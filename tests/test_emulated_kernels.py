@@ -22,12 +22,12 @@ from kdactl.kda.fused import Fused
 from kdactl.kda.inputs import cu_seqlens_of, random_inputs
 from kdactl.kda.problem import KdaProblem
 from kdactl.kda.routes import DeviceInfo, small_bh_plan
-from kdactl.kernel_abi import SMALL_BH_MAX_UNSTITCHED
 from kdactl.kda.tuning import Tuning
+from kdactl.kernel_abi import SMALL_BH_MAX_UNSTITCHED
 from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent
 from tests.emu.build import build, cuda_includes
 from tests.emu.kernels import EVERY_ORDER, FORWARD, REVERSE, SMALL_SMEM_OPTIN, EmulatedKernels
-from tests.kda_inputs import EDGE_CASES, bend_to_edge, carried_history_inputs, fla_gate_case, raw_inputs
+from tests.kda_inputs import EDGE_CASES, bend_to_edge, carried_history_inputs, fla_gate_case, gate_sweep, raw_inputs
 
 LOWER_BOUND, SOFTPLUS = configs.LOWER_BOUND.fused_spec(), configs.SOFTPLUS.fused_spec()  # the bench's configurations
 FEW_SMS = 16  # small_bh cuts a 1000-token sequence of 2 heads into several segments
@@ -125,6 +125,24 @@ def test_lower_bound_configuration(kernels, route, draw):
     x, A_log, dt_bias = raw_inputs(1000, 2, draw)
     err = errors(kernels, route, x, sms=FEW_SMS, fused=LOWER_BOUND, A_log=A_log, dt_bias=dt_bias, state_v_first=True)
     assert max(err) < ERROR_LIMIT
+
+
+@pytest.mark.parametrize(("route", "T"), [("direct", 64), ("chunk", 512)])
+@pytest.mark.parametrize("gate", ["softplus", "bound"])
+def test_gate_precision(kernels, route, T, gate):
+    """The in-kernel gate against the fp64 one over every region of both gates (tests.kda_inputs
+    gate_sweep), with the MUFU ops exact here: what is left is the gate's own formula (softplus's
+    minimax cubic, relative error 2^-22.5: csrc/device.cuh log1p_exp_neg) and fp32's roundings, a few
+    2^-24 of each gate and of each step's product with the state; the GPU's test adds ex2's 2^-22."""
+    kwargs, G_true = gate_sweep(T, gate)
+    x = {n: kwargs.pop(n) for n in ("q", "k", "v", "g", "beta")}
+    _, s = kernels().run(route, *x.values(), **kwargs)
+    G_meas = s[0, :, :, 0].double().log()
+    visible = G_true > -80  # e^G_T above fp32's underflow
+    steps = T if route == "direct" else T // 16
+    err = (G_meas - G_true).abs()
+    worst = (err / (steps * 2.0**-22 + G_true.abs() * 2.0**-20))[visible].max().item()
+    assert worst <= 1.0, f"gate error past its bound: {worst:.2f}x"
 
 
 @pytest.mark.parametrize("fp16", [False, True])

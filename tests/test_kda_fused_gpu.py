@@ -9,7 +9,7 @@ from kdactl.bench.configs import LOWER_BOUND, SOFTPLUS
 from kdactl.kda import chunk_kda, prefill
 from kdactl.kda.fused import BETA_SIGMOID, BETA_SIGMOID2, GATE_LOWER_BOUND, GATE_SOFTPLUS, Fused
 from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent
-from tests.kda_inputs import EDGE_CASES, bend_to_edge, cu_seqlens_of
+from tests.kda_inputs import EDGE_CASES, bend_to_edge, cu_seqlens_of, gate_sweep
 
 pytestmark = pytest.mark.gpu
 
@@ -171,37 +171,14 @@ def test_state_pool_graph_replay_equals_eager(route):
 
 # --- the in-kernel gate's precision (csrc/device.cuh Gate: fast intrinsics, bounded error) ---------
 
-# Raw gate inputs x = g + dt_bias swept over every region of both gates: softplus's series for
-# e^-|x| and its linear part past 20, the sigmoid's saturation at either end, and x = 0.
-GATE_SWEEP = torch.cat([torch.linspace(-30, 30, 97), torch.tensor([-20.1, -19.9, -15.0, -8.0, -4.16, -4.15, -1e-3,
-                                                                   0.0, 1e-3, 4.15, 4.16, 8.0, 15.0, 19.9, 20.0,
-                                                                   20.1, 25.0, -87.0, 87.0, -0.5, 0.5, -2.0, 2.0,
-                                                                   -6.0, 6.0, -10.0, 10.0, -12.0, 12.0, -3.0, 3.0])])
-
-
 @pytest.mark.parametrize("route, T", [("direct", 16), ("direct", 256), ("chunk", 16), ("chunk", 256), ("chunk", 4096)])
 @pytest.mark.parametrize("gate", ["softplus", "bound"])
 def test_gate_precision(route, T, gate):
-    """With beta = 0 nothing enters the state, so S_T = e^(G_T) S_0 per key, G_T the sum of T equal
-    gates: the log of the final state measures the kernel's gate against the fp64 one. Head 1's
-    A = e^5 turns softplus's tiny values (x = -15: 3e-7 a token) into a decay that thousands of tokens
-    sum to a measurable one, where an absolute error of the gate (log(1 + z) near z = 0) would pile up."""
-    K, H = 128, 2
-    assert GATE_SWEEP.numel() == K
-    fused = Fused(gate_mode=GATE_SOFTPLUS) if gate == "softplus" else Fused(gate_mode=GATE_LOWER_BOUND, lower_bound=-5.0)
-    gen = torch.Generator(device="cuda").manual_seed(T)
-    q = torch.nn.functional.normalize(torch.randn(1, T, H, K, device="cuda", generator=gen), dim=-1).bfloat16()
-    x = {"q": q, "k": q.clone(), "v": torch.randn(1, T, H, K, device="cuda", generator=gen).bfloat16(),
-         "g": torch.zeros(1, T, H, K, device="cuda"), "beta": torch.zeros(1, T, H, device="cuda").bfloat16()}  # fmt: skip
-    A_log = torch.tensor([0.0, 5.0], device="cuda")
-    dt_bias = GATE_SWEEP.to("cuda").repeat(H)
-    s0 = torch.ones(1, H, K, K, device="cuda")
-    _, s = prefill(**x, fused=fused, A_log=A_log, dt_bias=dt_bias, route=route, initial_state=s0,
-                   output_final_state=True)  # fmt: skip
+    """The log of the final state measures the kernel's gate against the fp64 one (tests.kda_inputs
+    gate_sweep: nothing enters the state, every key decays by its own swept gate)."""
+    kwargs, G_true = gate_sweep(T, gate, device="cuda")
+    _, s = prefill(**kwargs, route=route, output_final_state=True)
     torch.cuda.synchronize()
-    _, _, g64, _ = fused_inputs(x["q"][:, :1], x["k"][:, :1], x["v"][:, :1], x["g"][:, :1], x["beta"][:, :1], fused,
-                                A_log, dt_bias)  # fmt: skip
-    G_true = T * g64[0, 0]  # [H, K]
     G_meas = s[0, :, :, 0].double().log()
     assert torch.all(s[0] == s[0, :, :, :1]), "every value column decays alike"
     visible = G_true > -80  # e^G_T above fp32's underflow
