@@ -102,7 +102,7 @@ def raw_inputs(T, H, draw, *, K=128, lengths=None, fp16=False, seed=0):
     return x, A_log, dt_bias
 
 
-# Raw gate inputs x = g + dt_bias swept over every region of both gates: softplus's series for
+# Raw gate inputs x = g + dt_bias swept over every region of both gates: softplus's cubic for
 # e^-|x| and its linear part past 20, the sigmoid's saturation at either end, and x = 0.
 GATE_SWEEP = torch.cat([torch.linspace(-30, 30, 97), torch.tensor([-20.1, -19.9, -15.0, -8.0, -4.16, -4.15, -1e-3,
                                                                    0.0, 1e-3, 4.15, 4.16, 8.0, 15.0, 19.9, 20.0,

@@ -132,7 +132,7 @@ def test_lower_bound_configuration(kernels, route, draw):
 def test_gate_precision(kernels, route, T, gate):
     """The in-kernel gate against the fp64 one over every region of both gates (tests.kda_inputs
     gate_sweep), with the MUFU ops exact here: what is left is the gate's own formula (softplus's
-    minimax cubic, relative error 2^-22.5: csrc/device.cuh log1p_exp_neg) and fp32's roundings, a few
+    minimax cubic, relative error 2^-22.4: csrc/device.cuh log1p_exp_neg) and fp32's roundings, a few
     2^-24 of each gate and of each step's product with the state; the GPU's test adds ex2's 2^-22."""
     kwargs, G_true = gate_sweep(T, gate)
     x = {n: kwargs.pop(n) for n in ("q", "k", "v", "g", "beta")}
