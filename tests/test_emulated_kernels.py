@@ -135,8 +135,7 @@ def test_gate_precision(kernels, route, T, gate):
     minimax cubic, relative error 2^-22.4: csrc/device.cuh log1p_exp_neg) and fp32's roundings, a few
     2^-24 of each gate and of each step's product with the state; the GPU's test adds ex2's 2^-22."""
     kwargs, G_true = gate_sweep(T, gate)
-    x = {n: kwargs.pop(n) for n in ("q", "k", "v", "g", "beta")}
-    _, s = kernels().run(route, *x.values(), **kwargs)
+    _, s = kernels().run(route, **kwargs)
     G_meas = s[0, :, :, 0].double().log()
     visible = G_true > -80  # e^G_T above fp32's underflow
     steps = T if route == "direct" else T // 16
