@@ -12,6 +12,7 @@ __all__ = [
     "carried_history_inputs",
     "cu_seqlens_of",
     "fla_gate_case",
+    "gate_error",
     "gate_sweep",
     "make_inputs",
     "raw_inputs",
@@ -133,6 +134,17 @@ def gate_sweep(T: int, gate: str, *, device: str = "cpu"):
                                 A_log, dt_bias)  # fmt: skip
     kwargs = dict(x, fused=fused, A_log=A_log, dt_bias=dt_bias, initial_state=s0)
     return kwargs, T * g64[0, 0]
+
+
+def gate_error(final_state, G_true, route: str, T: int, *, per_step: float, per_nat: float):
+    """(worst, largest) of a gate_sweep call: the log of its final state against G_T, |dG| over the
+    budget steps per_step + |G_T| per_nat (a step is a token of route direct, a chunk of 16 otherwise),
+    worst among keys whose e^G_T is above fp32's underflow, and the largest |dG| there."""
+    G_meas = final_state[0, :, :, 0].double().log()
+    visible = G_true > -80  # e^G_T above fp32's underflow
+    steps = T if route == "direct" else -(-T // 16)
+    err = (G_meas - G_true).abs()
+    return (err / (steps * per_step + G_true.abs() * per_nat))[visible].max().item(), err[visible].max().item()
 
 
 def fla_gate_case():

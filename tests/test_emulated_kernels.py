@@ -27,7 +27,15 @@ from kdactl.kernel_abi import SMALL_BH_MAX_UNSTITCHED
 from kdactl.reference import ERROR_LIMIT, error_ratio, fused_inputs, kda_recurrent
 from tests.emu.build import build, cuda_includes
 from tests.emu.kernels import EVERY_ORDER, FORWARD, REVERSE, SMALL_SMEM_OPTIN, EmulatedKernels
-from tests.kda_inputs import EDGE_CASES, bend_to_edge, carried_history_inputs, fla_gate_case, gate_sweep, raw_inputs
+from tests.kda_inputs import (
+    EDGE_CASES,
+    bend_to_edge,
+    carried_history_inputs,
+    fla_gate_case,
+    gate_error,
+    gate_sweep,
+    raw_inputs,
+)
 
 LOWER_BOUND, SOFTPLUS = configs.LOWER_BOUND.fused_spec(), configs.SOFTPLUS.fused_spec()  # the bench's configurations
 FEW_SMS = 16  # small_bh cuts a 1000-token sequence of 2 heads into several segments
@@ -136,11 +144,7 @@ def test_gate_precision(kernels, route, T, gate):
     2^-24 of each gate and of each step's product with the state; the GPU's test adds ex2's 2^-22."""
     kwargs, G_true = gate_sweep(T, gate)
     _, s = kernels().run(route, **kwargs)
-    G_meas = s[0, :, :, 0].double().log()
-    visible = G_true > -80  # e^G_T above fp32's underflow
-    steps = T if route == "direct" else T // 16
-    err = (G_meas - G_true).abs()
-    worst = (err / (steps * 2.0**-22 + G_true.abs() * 2.0**-20))[visible].max().item()
+    worst, _ = gate_error(s, G_true, route, T, per_step=2.0**-22, per_nat=2.0**-20)
     assert worst <= 1.0, f"gate error past its bound: {worst:.2f}x"
 
 

@@ -19,10 +19,15 @@ def target(u):
     return mp.mpf(2) if u == 0 else 2 * mp.atanh(mp.sqrt(u)) / mp.sqrt(u)
 
 
-def remez(n: int, rounds: int = 30, grid: int = 4000):
+def grid(points: int = 4000):
+    """[0, B] in `points` equal steps: where the error is searched for its extremes and measured."""
+    return [B * i / points for i in range(points + 1)]
+
+
+def remez(n: int, rounds: int = 30):
     """Coefficients c_0 .. c_n of the polynomial of degree n with the least relative error on [0, B]."""
     xs = [B * (1 - mp.cos(mp.pi * i / (n + 1))) / 2 for i in range(n + 2)]
-    us = [B * i / grid for i in range(grid + 1)]
+    us = grid()
     for _ in range(rounds):
         A = mp.matrix(n + 2, n + 2)
         rhs = mp.matrix(n + 2, 1)
@@ -34,7 +39,8 @@ def remez(n: int, rounds: int = 30, grid: int = 4000):
         sol = mp.lu_solve(A, rhs)
         c = [sol[j] for j in range(n + 1)]
         err = [(mp.polyval(c[::-1], u) - target(u)) / target(u) for u in us]
-        turns = [0] + [i for i in range(1, grid) if (err[i] - err[i - 1]) * (err[i + 1] - err[i]) <= 0] + [grid]
+        last = len(us) - 1
+        turns = [0] + [i for i in range(1, last) if (err[i] - err[i - 1]) * (err[i + 1] - err[i]) <= 0] + [last]
         if len(turns) != n + 2:
             break
         xs = [us[i] for i in turns]
@@ -49,7 +55,7 @@ def main() -> None:
         c32 = [float(np.float32(float(x))) for x in remez(n)]
         worst = max(
             abs(mp.polyval([mp.mpf(x) for x in c32[::-1]], u) / target(u) - 1)
-            for u in (B * i / 4000 for i in range(4001))
+            for u in grid()
         )
         literals = ", ".join(f"{np.float32(x)!r}".removeprefix("np.float32(").removesuffix(")") + "f" for x in c32)
         print(f"degree {n}: c0..c{n} = {literals}; relative error {float(worst):.2e} = 2^{float(mp.log(worst, 2)):.1f}")
