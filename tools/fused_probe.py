@@ -41,15 +41,16 @@ WARM_CHUNKS = 4  # the probe's walk back before a segment (tools/fused_probe.cu)
 PHASES = ("staged", "normed", "summed", "products", "solved", "planes", "done", "stage wait")
 
 
-def compile_command(so: Path, defines: tuple[str, ...] = ()) -> list[str]:
-    """nvcc's command for the probe's library: the kernel library's flags for sm_90a, and -D``defines``
-    (the variants of fused_probe.cu)."""
+def compile_command(so: Path, defines: tuple[str, ...] = (), source: Path = SOURCE) -> list[str]:
+    """nvcc's command for a probe's library from ``source`` (a .cu beside this file that includes csrc's
+    kernel headers): the kernel library's flags for sm_90a, and -D``defines`` (the variants of
+    fused_probe.cu)."""
     from kdactl.jit.spec import COMMON_CFLAGS
     from kdactl.targets import TARGETS
 
     target = TARGETS[TARGET]
     return ["nvcc", target.gencode, f"-D{target.define}", *COMMON_CFLAGS, "-Xptxas", "-v", "-shared", "-cudart=static",
-            *(f"-D{d}" for d in defines), f"-I{CSRC}", str(SOURCE), "-o", str(so)]  # fmt: skip
+            *(f"-D{d}" for d in defines), f"-I{CSRC}", str(source), "-o", str(so)]  # fmt: skip
 
 
 def build(out_dir: Path, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
@@ -94,18 +95,21 @@ def unsupported(x) -> str | None:
 class Calls:
     """One shape's launches through kdactl's launch path (kdactl.kda.launch.LaunchPlan): route small_bh
     cut into the probe's segments (``twin``), and the probe's libraries in its place (``probe``), each
-    into outputs of its own."""
+    into outputs of its own. ``route_plan``: small_bh's own segments instead (tools/overlap_probe.py)."""
 
-    def __init__(self, x, device):
+    def __init__(self, x, device, route_plan: bool = False):
         from kdactl.kda.device import device_info
 
         q, v = x["q"], x["v"]
         self.x, self.device, self.dev = x, device, device_info(device.index or 0)
         self.batch, self.heads = q.shape[0], v.shape[2]
-        self.seg = probe_segment_chunks(self.batch, self.heads, q.shape[1], self.dev.sm_count)
-        self.problem = self._plan(None, None)[0]
+        self.seg = None if route_plan else probe_segment_chunks(self.batch, self.heads, q.shape[1], self.dev.sm_count)
+        self.problem, _, lp = self.plan(None, None)
+        self.seg = lp.template.segment_chunks
 
-    def _plan(self, out, workspace):
+    def plan(self, out, workspace):
+        """(problem, call, LaunchPlan) of route small_bh at this shape's segments, into ``out`` (o, final
+        state) with ``workspace``."""
         from kdactl.kda.call import PrefillCall
         from kdactl.kda.device import kernels
         from kdactl.kda.launch import LaunchPlan
@@ -118,11 +122,12 @@ class Calls:
                            state_v_first=config.state_v_first)  # fmt: skip
         problem, call = validate_call(call, runtime=True)
         lp = LaunchPlan.of(problem, self.dev, ROUTE_IDS["small_bh"], call)
-        lp.template.segment_chunks = self.seg
-        lp.need = kernels().workspace_bytes(ROUTE_IDS["small_bh"], lp.template)
+        if self.seg is not None:
+            lp.template.segment_chunks = self.seg
+            lp.need = kernels().workspace_bytes(ROUTE_IDS["small_bh"], lp.template)
         return problem, call, lp
 
-    def _outputs(self):
+    def outputs(self):
         o = torch.empty_like(self.x["v"])
         return o, torch.empty(
             self.batch, self.heads, *self.problem.state_shape, dtype=torch.float32, device=self.device
@@ -130,8 +135,8 @@ class Calls:
 
     def twin(self):
         """(run, outputs) of small_bh at the probe's segments."""
-        out = self._outputs()
-        _, call, lp = self._plan(out, None)
+        out = self.outputs()
+        _, call, lp = self.plan(out, None)
         call = call._replace(workspace=torch.empty(lp.need, dtype=torch.uint8, device=self.device))
 
         def run():
@@ -144,9 +149,9 @@ class Calls:
         """(run, outputs, workspace): the probe's launch. The workspace, zeroed here once, holds the flag
         (its first word: nonzero once a segment of a call did not start warm, ``cold``) and, from byte
         64 on, PROBE_TRACE's sums."""
-        out = self._outputs()
+        out = self.outputs()
         workspace = torch.zeros(256, dtype=torch.uint8, device=self.device)
-        _, call, lp = self._plan(out, workspace)
+        _, call, lp = self.plan(out, workspace)
         lp.kernel, lp.need, lp.slow, lp.what = lib.kdactl_fused_probe, workspace.numel(), False, "the fused probe"
 
         def run():

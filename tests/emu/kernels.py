@@ -73,6 +73,7 @@ class EmulatedKernels:
         self.lib.kdactl_error_string.restype = ctypes.c_char_p
         self.device = DeviceInfo(sms, (9, 0), "sm_90a")
         self.workspace: torch.Tensor | None = None  # the last call's
+        self.args: KdaArgs | None = None  # the last call's
 
     def workspace_bytes(self, route_id: int, args: KdaArgs) -> int:
         need = ctypes.c_uint64()
@@ -84,7 +85,7 @@ class EmulatedKernels:
     def run(self, route: str, q, k, v, g, beta, *, scale=None, initial_state=None, cu_seqlens=None,
             fused: Fused = NONE, A_log=None, dt_bias=None, state_v_first=False, tuning: Tuning = AUTO,
             state_indices=None, checkpoint_every=0, checkpoint_dtype=torch.float32, segment_chunks=None,
-            entry=None, workspace_byte=0xFF):  # fmt: skip
+            entry=None, workspace_byte=0xFF, workspace_from=None):  # fmt: skip
         """(o, final state) of one call of ``route`` on contiguous CPU tensors shaped as kdactl.kda's
         (q, k [B,T,Hq,K], v [B,T,H,V], g [B,T,H,K], beta [B,T,H]); with ``state_indices`` the
         initial state is a pool, updated in place and returned as the final state; with
@@ -92,8 +93,9 @@ class EmulatedKernels:
         sequence after sequence ([rows, H, *state]). ``segment_chunks`` replaces route small_bh's
         plan; ``entry`` names another exported launcher of the route's signature to call with the
         route's arguments and workspace (tools/fused_probe.cu's), whose bytes start as
-        ``workspace_byte`` (0xff: NaN, so that a read before a write shows). Raises RuntimeError with
-        the library's message when the launcher returns an error."""
+        ``workspace_byte`` (0xff: NaN, so that a read before a write shows), or as ``workspace_from``'s
+        (a copy: an earlier call's ``workspace``, for launchers that take a pass's work from another's).
+        Raises RuntimeError with the library's message when the launcher returns an error."""
         p = dataclasses.replace(
             KdaProblem.of(q, v, g, beta, cu_seqlens, state_v_first), checkpoint_every=checkpoint_every
         )
@@ -129,9 +131,14 @@ class EmulatedKernels:
                 setattr(args, name, x.data_ptr())
         need = self.workspace_bytes(route_id, args)
         # NaN bytes: a workspace read before the route writes it shows in the outputs
-        workspace = guards.put("workspace", torch.full((max(need, 1),), workspace_byte, dtype=torch.uint8))
+        start = torch.full((max(need, 1),), workspace_byte, dtype=torch.uint8)
+        if workspace_from is not None:
+            if workspace_from.numel() != start.numel():
+                raise ValueError(f"workspace_from has {workspace_from.numel()} bytes, the call needs {start.numel()}")
+            start.copy_(workspace_from)
+        workspace = guards.put("workspace", start)
         args.workspace, args.workspace_bytes = workspace.data_ptr(), need
-        self.workspace = workspace  # what the call left there, for tests that read it back
+        self.workspace, self.args = workspace, args  # what the call left there and ran with, for tests to read
         launcher = getattr(self.lib, entry or f"kdactl_kda_{route}")
         launcher.argtypes = [ctypes.POINTER(KdaArgs), ctypes.c_void_p]
         rc = launcher(ctypes.byref(args), None)
