@@ -702,11 +702,15 @@ struct Segments {
 // the walk back from the segment's first chunk reaches it within kWarmChunks chunks; else the chunk
 // c > 0 from which chunks c .. first - 1 bound the history before them to 2^kDropLog2 (a zero state
 // there); else -1: the segment needs its exact stitched start. `slot0`: the sequence's chunk 0's slot.
+// MAX_CHUNKS: how far back it may walk (a multiple of kWarmLoads; below kWarmChunks only where the bounds
+// further back are not there yet: tools/ahead_probe.cu).
+template <int MAX_CHUNKS = kWarmChunks>
 __device__ __forceinline__ int64_t warm_start_at(const Segments& sg, int64_t slot0, int h, int H, int64_t first) {
+  static_assert(MAX_CHUNKS % kWarmLoads == 0, "whole loads of bounds");
   if (first == 0) return 0;
-  if (!sg.bounds) return first <= kWarmChunks ? 0 : -1;
+  if (!sg.bounds) return first <= MAX_CHUNKS ? 0 : -1;
   float log2_bound = 0.f;
-  for (int w0 = 0; w0 < kWarmChunks; w0 += kWarmLoads) {
+  for (int w0 = 0; w0 < MAX_CHUNKS; w0 += kWarmLoads) {
     float bound[kWarmLoads];  // log2 of the bounds of chunks first - 1 - w0, first - 2 - w0, ...: loaded at once
 #pragma unroll
     for (int w = 0; w < kWarmLoads; ++w) {
@@ -969,16 +973,27 @@ constexpr size_t recur_smem() {
 // F16: q, k, v and o are fp16 (a.qkv_fp16), an instance of its own, so that the bf16 instance's loop
 // is one straight block, free of fp16's operand choices on the chain through S. HALVES: kReduce under
 // Segments::halves.
-template <int K, int V, int WARPS, int STAGES, Pass PASS, bool F16, bool HALVES>
+// A walk's place in its CTA. The library's walks are their whole CTA (WholeCta); a CTA of more roles
+// (tools/ahead_probe.cu) gives each walk warpgroup a seat: its threads' numbering from 0 (tid), a named
+// barrier of its own (sync) and a wait before each chunk's load (before_load).
+struct WholeCta {
+  static constexpr bool kWhole = true;
+  __device__ __forceinline__ void before_load(int64_t) const {}
+};
+
+template <int K, int V, int WARPS, int STAGES, Pass PASS, bool F16, bool HALVES, typename Seat = WholeCta>
 __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned char* ws, const Segments& sg,
-                                      unsigned char* smem_raw, int vx, int h, int64_t bz) {
+                                      unsigned char* smem_raw, int vx, int h, int64_t bz, Seat seat = {}) {
+  static_assert(Seat::kWhole || PASS != Pass::kWhole, "longest_first counts the CTA's threads");
   constexpr int VS = 16 * WARPS;
   using St = RecurStage<K, VS>;
   using B = Block<K>;
   St* stage = reinterpret_cast<St*>(smem_raw);
   uint16_t(*o_tile)[C][24] = reinterpret_cast<uint16_t(*)[C][24]>(smem_raw + STAGES * sizeof(St));  // o's bits
 
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  unsigned seat_tid = threadIdx.x;  // this thread's index in the walk
+  if constexpr (!Seat::kWhole) seat_tid = seat.tid();
+  const int lane = seat_tid & 31, warp = seat_tid >> 5, g = lane >> 2, t = lane & 3;
   const int H = a.heads;
   if (sg.all_warm && (*sg.all_warm != 0) != (PASS == Pass::kReduce)) return;  // the other kernel walks
   // Sequence n, segment p of its `segments`, and for kReduce whether this CTA maps M (homogeneous).
@@ -1064,9 +1079,10 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
   constexpr int kThreads = WARPS * 32, kSlice = VS / 8;  // 16-byte pieces per row of v
   static_assert(kThreads % kSlice == 0 && C * kSlice % kThreads == 0, "copy layout");
   static_assert(offsetof(St, v) == B::kBytes, "a stage starts with the block as it is");
-  const int tid = threadIdx.x;
+  const int tid = seat_tid;
   const uint16_t* v = static_cast<const uint16_t*>(a.v);
   auto load = [&](int64_t c, St& st) {
+    seat.before_load(c);
     // The block, 16 bytes a copy, as it is.
     constexpr int kPieces = B::kBytes / 16;
     const unsigned char* blk = ws + ((slot0 + c) * H + h) * B::kBytes + tid * 16;
@@ -1099,7 +1115,8 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
 #if defined(KDACTL_WGMMA)
     if constexpr (walks_on_wgmma<WARPS, STAGES, F16>()) fence_proxy_async();  // the stage's copies, for the tensor cores' reads
 #endif
-    sync_first<kThreads>();  // chunk i is in; everyone is done with the stage the next load overwrites
+    if constexpr (Seat::kWhole) sync_first<kThreads>();  // chunk i is in; everyone is done with the stage the next load overwrites
+    else seat.sync(kThreads);
     if (i + STAGES - 1 < count) load(c_begin + i + STAGES - 1, stage[(i + STAGES - 1) % STAGES]);
     cp_async_commit();
     const St& st = stage[i % STAGES];

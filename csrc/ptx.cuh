@@ -40,6 +40,14 @@ __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// A hand-over by a flag in shared memory between warps of one CTA that share no barrier (tools/ahead_probe.cu):
+// the writer orders its earlier global writes before the flag at the GPU's scope (fence_gpu: the reader's
+// cp.async.cg reads L2, past the SM's L1), the reader its later reads after the flag (fence_cta), and a
+// reader that finds the flag unset pauses before it looks again (the emulator runs other threads there).
+__device__ __forceinline__ void fence_gpu() { __threadfence(); }
+__device__ __forceinline__ void fence_cta() { __threadfence_block(); }
+__device__ __forceinline__ void spin_pause() { __nanosleep(64); }
+
 // ---- Tensor cores (device.cuh names the fragment layouts) ---------------------------------------
 // D += A B with fp32 accumulators; SHAPE names the shape and the operand types.
 #define KDACTL_MMA(SHAPE)                                                                                 \
@@ -137,6 +145,18 @@ __device__ __forceinline__ void wgmma_n128_tb(float (&d)[16][4], const uint32_t 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 }
 #undef KDACTL_D8
+
+// A warpgroup's registers a thread, moved between the warpgroups of a CTA: `dec` gives some back to the
+// CTA's pool, `inc` takes some from it (waiting until they are there). N: a multiple of 8 in 24..256,
+// the same in every warp of the warpgroup (tools/ahead_probe.cu).
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
 #endif
 
 // ---- Fast transcendentals: one MUFU op each ----------------------------------------------------------

@@ -49,6 +49,25 @@ def nvcc_toolkit():
         pytest.skip(f"needs nvcc: {err}")
 
 
+def load_tool(name: str):
+    """tools/<name>.py as a module, imported as running it as a script would: with tools/ on sys.path, for
+    the tools that import their siblings (the probes share fused_probe's planning and build)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    tools = str(Path(__file__).resolve().parents[1] / "tools")
+    sys.path.insert(0, tools)
+    try:
+        spec = importlib.util.spec_from_file_location(name, f"{tools}/{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # a dataclass looks its module up there
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(tools)
+    return module
+
+
 def copy_tiny_csrc(folder):
     """A copy of csrc under ``folder`` with every header but only library.cu, selftest.cu and a KDA
     stub as sources: compiles in about two seconds, so builder tests stay fast however big the real

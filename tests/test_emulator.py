@@ -58,12 +58,21 @@ def test_threads_that_exit_are_expected_at_no_barrier(controls):
     assert out.tolist() == [1.0] * 32 + [2.0] * 32
 
 
-def test_a_bar_arrive_hands_over_to_the_bar_sync_it_completes(controls, capfd):
+@pytest.mark.parametrize(
+    ("control", "value", "failure"),
+    [
+        ("emu_control_arrive", 4.0, "deadlock in kernel"),  # a bar.arrive completes the bar.sync warp 1 waits at
+        ("emu_control_poll", 5.0, "polling a flag that no running thread sets"),  # warp 1 polls a flag
+    ],
+)
+def test_a_hand_over_between_warps(controls, capfd, control, value, failure):
+    """Warp 0 hands a value to warp 1; without the hand-over (the entry's second argument 0) warp 1 waits
+    for ever, which is the launch's failure."""
     out = torch.zeros(32)
-    assert controls.emu_control_arrive(ctypes.c_void_p(out.data_ptr()), 1) == 0
-    assert out.tolist() == [4.0] * 32
-    assert controls.emu_control_arrive(ctypes.c_void_p(out.data_ptr()), 0) == LAUNCH_FAILURE
-    assert "deadlock in kernel" in capfd.readouterr().err
+    assert getattr(controls, control)(ctypes.c_void_p(out.data_ptr()), 1) == 0
+    assert out.tolist() == [value] * 32
+    assert getattr(controls, control)(ctypes.c_void_p(out.data_ptr()), 0) == LAUNCH_FAILURE
+    assert failure in capfd.readouterr().err
 
 
 def test_misaligned_cp_async_is_a_launch_failure(controls, capfd):

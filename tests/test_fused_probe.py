@@ -1,22 +1,20 @@
 """tools/fused_probe.py, the fused single-pass measurement: its segment plan and scope on the CPU, and
 (nvcc tier) that tools/fused_probe.cu still compiles against the kernel headers, in every variant."""
 
-import importlib.util
 import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.conftest import load_tool
+
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "fused_probe.py"
 
 
 @pytest.fixture(scope="module")
 def probe():
-    spec = importlib.util.spec_from_file_location("fused_probe", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("fused_probe")
 
 
 @pytest.mark.parametrize(

@@ -3,13 +3,13 @@ profiler's launches on the CPU, and (nvcc tier) that tools/overlap_probe.cu comp
 two launchers, run apart on the emulator, are the route's passes: the prepare's blocks walked by the probe's
 kReduce give small_bh's o and final state bit for bit."""
 
-import importlib.util
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from tests.conftest import load_tool
 
 TOOLS = Path(__file__).resolve().parents[1] / "tools"
 H100_SMEM_PER_SM = 233472  # 228 KB (sm_90)
@@ -17,15 +17,7 @@ H100_SMEM_PER_SM = 233472  # 228 KB (sm_90)
 
 @pytest.fixture(scope="module")
 def probe():
-    sys.path.insert(0, str(TOOLS))  # the tool imports fused_probe from its own directory, as a script does
-    try:
-        spec = importlib.util.spec_from_file_location("overlap_probe", TOOLS / "overlap_probe.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # its dataclass looks its module up there
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(TOOLS))
-    return module
+    return load_tool("overlap_probe")
 
 
 def test_the_padded_prepare_lets_exactly_the_asked_ctas_share_an_sm(probe):

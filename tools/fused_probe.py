@@ -29,6 +29,7 @@ import math
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -166,32 +167,39 @@ def cold(workspace: torch.Tensor) -> bool:
     return bool(workspace[:4].any())
 
 
-def probe_candidates(x, ref, device, libs: dict[str, ctypes.CDLL]):
-    """Each probe library's candidate and small_bh at the probe's segments, for one shape's inputs
-    (kdactl.bench.candidates). A probe's check requires its o and final state to be bitwise small_bh's."""
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """One probe's launch on one shape: ``run()`` writes (o, final state) into ``out`` and returns it;
+    after a call, ``refused()`` says why its results do not count (a segment that did not start warm), or None."""
+
+    run: Callable[[], tuple[torch.Tensor, torch.Tensor]]
+    out: tuple[torch.Tensor, torch.Tensor]
+    refused: Callable[[], str | None]
+    note: str
+
+
+def checked_candidates(x, ref, calls: Calls, probes: dict[str, Probe]):
+    """small_bh at the segments of ``calls`` and each probe, as kdactl.bench candidates: a probe runs once,
+    then is either not run (refused, with why) or checked against the reference, where its o and final
+    state must also be small_bh's bit for bit (the same arithmetic must give the same bits)."""
     from kdactl.bench.candidates import checker, poisoned
     from kdactl.bench.model import Candidate, Check
 
-    why = unsupported(x)
-    if why:
-        return [Candidate(name, "route", reason=why) for name in libs]
-    calls = Calls(x, device)
     config, seg = x["config"], calls.seg
     twin_name = f"small_bh@{seg}"
     run_twin, twin_out = calls.twin()
     out = [Candidate(twin_name, "route", run=run_twin, check=checker(poisoned(run_twin, *twin_out), ref, config.state_v_first),
                      note=f"small_bh, {seg} chunks a segment")]  # fmt: skip
-    for name, lib in libs.items():
-        run, probe_out, workspace = calls.probe(lib)
-        run()
-        torch.cuda.synchronize(device)
-        if cold(workspace):
-            why = f"a segment does not start warm within {WARM_CHUNKS} chunks (the probe does not stitch)"
+    for name, probe in probes.items():
+        probe.run()
+        torch.cuda.synchronize(calls.device)
+        why = probe.refused()
+        if why:
             out.append(Candidate(name, "route", reason=why))
             continue
-        check = checker(poisoned(run, *probe_out), ref, config.state_v_first)
+        check = checker(poisoned(probe.run, *probe.out), ref, config.state_v_first)
 
-        def checked(check=check, probe_out=probe_out) -> Check:
+        def checked(check=check, probe_out=probe.out) -> Check:
             result = check()
             run_twin()
             same = all(torch.equal(a, b) for a, b in zip(probe_out, twin_out, strict=True))
@@ -200,8 +208,26 @@ def probe_candidates(x, ref, device, libs: dict[str, ctypes.CDLL]):
                 return dataclasses.replace(result, o_err=float("inf"), detail=detail)
             return dataclasses.replace(result, detail=detail)
 
-        out.append(Candidate(name, "route", run=run, check=checked, note=f"fused, {seg} chunks a segment"))
+        out.append(Candidate(name, "route", run=probe.run, check=checked, note=probe.note))
     return out
+
+
+def probe_candidates(x, ref, device, libs: dict[str, ctypes.CDLL]):
+    """Each probe library's candidate and small_bh at the probe's segments, for one shape's inputs
+    (kdactl.bench.candidates): checked_candidates."""
+    from kdactl.bench.model import Candidate
+
+    why = unsupported(x)
+    if why:
+        return [Candidate(name, "route", reason=why) for name in libs]
+    calls = Calls(x, device)
+    refusal = f"a segment does not start warm within {WARM_CHUNKS} chunks (the probe does not stitch)"
+    probes = {}
+    for name, lib in libs.items():
+        run, probe_out, workspace = calls.probe(lib)
+        probes[name] = Probe(run, probe_out, lambda ws=workspace: refusal if cold(ws) else None,
+                             f"fused, {calls.seg} chunks a segment")  # fmt: skip
+    return checked_candidates(x, ref, calls, probes)
 
 
 def raw_times(shapes: list[str], libs: dict[str, ctypes.CDLL], iters: int = 10) -> None:

@@ -1,8 +1,8 @@
 // Planted faults and one product for the emulator's own tests (tests/test_emulator.py): each entry
 // launches one small kernel and returns the launch's status, so that a test can see that the
 // emulator reports what the GPU would (a deadlock, a misaligned cp.async, a __trap, lanes of a warp
-// at different collectives), lands a cp.async only at its wait, hands data over from a bar.arrive to
-// the bar.sync it completes, and that its ldmatrix, mma and wgmma agree with a plain matrix product
+// at different collectives, a poll nothing answers), lands a cp.async only at its wait, hands data over
+// from a bar.arrive to the bar.sync it completes and from a flag's writer to its poller, and that its ldmatrix, mma and wgmma agree with a plain matrix product
 // (a wgmma only at the wait that covers it).
 #include "device.cuh"
 
@@ -57,6 +57,24 @@ __global__ void arrive_kernel(float* out, int arrive) {
     kdactl::named_sync(5, 64);
     box[1] = box[0] + 1.f;
     kdactl::named_arrive(6, 64);
+  }
+}
+
+// Warp 1 polls a flag in shared memory that warp 0 sets after it writes the box (no barrier between them),
+// then reads the box; with `set` 0 the flag is never set and warp 1 polls for ever.
+__global__ void poll_kernel(float* out, int set) {
+  __shared__ float box;
+  __shared__ int flag;
+  if (threadIdx.x == 0) flag = 0;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    box = 5.f;
+    kdactl::fence_cta();
+    if (set && threadIdx.x == 0) static_cast<volatile int&>(flag) = 1;
+  } else {
+    while (static_cast<volatile int&>(flag) == 0) kdactl::spin_pause();
+    kdactl::fence_cta();
+    out[threadIdx.x - 32] = box;
   }
 }
 
@@ -150,6 +168,10 @@ extern "C" int emu_control_cp_async_order(const float* src, float* out) {
 }
 extern "C" int emu_control_arrive(float* out, int arrive) {
   arrive_kernel<<<1, 64>>>(out, arrive);
+  return (int)cudaGetLastError();
+}
+extern "C" int emu_control_poll(float* out, int set) {
+  poll_kernel<<<1, 64>>>(out, set);
   return (int)cudaGetLastError();
 }
 extern "C" int emu_control_write_at(float* out, int at) {

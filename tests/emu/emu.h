@@ -7,11 +7,12 @@
 // thread, each running until it reaches a barrier (__syncthreads, a named barrier, a warp
 // collective: __syncwarp, shuffles, votes, mma, ldmatrix), where it waits until every thread the
 // barrier expects has arrived; the last to arrive performs a warp collective for all its lanes. A
-// bar.arrive counts its thread in and runs on. The threads a barrier releases run on in the schedule's
+// bar.arrive counts its thread in and runs on; a poll of a flag that finds it unset (spin_pause) lets
+// the other threads run first. The threads a barrier releases run on in the schedule's
 // order (runtime.cpp). So a kernel computes what the GPU would wherever its threads synchronize as CUDA
 // requires. A cp.async lands only at the wait that covers it, so a missing wait or commit shows. Reported as the launch's error: a block whose
 // threads cannot all reach their barriers (a deadlock), a misaligned cp.async or ldmatrix, a __trap,
-// lanes of one warp at different collectives, and a launch the GPU would refuse (too much shared
+// lanes of one warp at different collectives, a poll that no running thread will answer, and a launch the GPU would refuse (too much shared
 // memory without the attribute, too many threads, a grid dimension too large). Dynamic shared memory
 // starts as 0xff bytes (NaN in every float type), so reading it before writing shows.
 #pragma once
@@ -51,6 +52,7 @@ void cp_async_wait(int newest_pending);
 void syncthreads();
 void named_barrier(int id, int threads);
 void named_arrive(int id, int threads);  // bar.arrive: counted in without waiting
+void yield_thread();  // the running thread goes to the back of the ready list (a poll that found nothing)
 
 // One warp collective: each lane of `mask` passes `in`; the last lane to arrive calls `op` over the
 // 32 lanes' LaneIO (only those in `mask` are meaningful) before any lane returns with its `out`.

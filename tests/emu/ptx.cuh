@@ -42,6 +42,9 @@ inline void sync_first() {
 }
 inline void named_sync(int id, int threads) { ::emu::named_barrier(id, threads); }
 inline void named_arrive(int id, int threads) { ::emu::named_arrive(id, threads); }
+inline void fence_gpu() {}  // one thread runs at a time: every write is seen at once
+inline void fence_cta() {}
+inline void spin_pause() { ::emu::yield_thread(); }
 
 // ---- Tensor cores -------------------------------------------------------------------------------
 namespace emu_ptx {
@@ -255,6 +258,10 @@ inline uint64_t wgmma_desc(const void* smem, uint32_t k_stride, uint32_t n_strid
          static_cast<uint64_t>(n_stride >> 4) << 32;
 }
 inline void fence_proxy_async() {}
+template <int N>
+inline void setmaxnreg_inc() {}  // registers: the host's
+template <int N>
+inline void setmaxnreg_dec() {}
 inline void wgmma_fence() {}
 inline void wgmma_commit() {
   emu_wgmma::Queue& q = emu_wgmma::mine();

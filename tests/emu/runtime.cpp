@@ -75,6 +75,7 @@ struct Block {
   ucontext_t scheduler;
   std::string failure;
   std::string name;  // the kernel, for messages
+  long idle_yields = 0;  // polls since a thread last met a barrier or collective or exited (yield_thread)
 };
 
 Block* g_block = nullptr;
@@ -102,6 +103,7 @@ void run_fiber() {
   Fiber* f = b.current;
   f->done = true;
   --b.live;
+  b.idle_yields = 0;
   Warp& w = b.warps[f->t.warp];
   --w.live;
   // A thread that exits is expected at no barrier: complete those it was the last one missing from.
@@ -150,6 +152,7 @@ void release(std::vector<Fiber*>& waiters, bool self_too, bool warp) {
 // others; the rest wait there, unless `wait` is false (bar.arrive: counted in, and on it goes).
 void arrive(int id, int expected, bool wait = true) {
   Block& b = *g_block;
+  b.idle_yields = 0;
   Barrier& bar = b.bars[id];
   if (id != 0) {
     if (bar.arrived > 0 && b.bar_expected[id] != expected) trap("threads name one barrier with two thread counts");
@@ -187,6 +190,7 @@ void run_block(Block& b, uint3 block_idx) {
   b.live = n;
   b.ready.clear();
   b.failure.clear();
+  b.idle_yields = 0;
   if (b.smem_bytes) memset(b.smem, 0xff, b.smem_bytes);
   for (int i = 0; i < n; ++i) {
     Fiber& f = b.fibers[i];
@@ -272,6 +276,16 @@ void cp_async_wait(int newest_pending) {
 
 void syncthreads() { arrive(0, 0); }
 
+// A poll that finds nothing: the others run first. Polls with no thread meeting a barrier, a collective
+// or its end in between would go on for ever: a flag nothing will set (what a GPU would hang on).
+constexpr long kMaxIdleYields = 1L << 22;
+void yield_thread() {
+  Block& b = *g_block;
+  if (++b.idle_yields > kMaxIdleYields) trap("polling a flag that no running thread sets");
+  b.ready.push_back(b.current);
+  swapcontext(&b.current->ctx, &b.scheduler);
+}
+
 void named_barrier(int id, int threads) {
   if (id <= 0 || id >= 16 || threads % 32) trap("bar.sync: barrier id 1..15 and a multiple of 32 threads");
   arrive(id, threads);
@@ -284,6 +298,7 @@ void named_arrive(int id, int threads) {
 
 void warp_collective(WarpOp op, int arg, unsigned mask, LaneIO& mine) {
   Block& b = *g_block;
+  b.idle_yields = 0;
   Fiber* f = b.current;
   Warp& w = b.warps[f->t.warp];
   if (mask != 0xffffffffu) trap("a warp collective over part of a warp (the kernels use full masks)");
