@@ -969,10 +969,6 @@ constexpr size_t recur_smem() {
   return STAGES * sizeof(RecurStage<K, 16 * WARPS>) + WARPS * C * 24 * sizeof(bf16);
 }
 
-// One CTA's walk: value slice vx, head h, unit bz (a sequence, or a segment slot).
-// F16: q, k, v and o are fp16 (a.qkv_fp16), an instance of its own, so that the bf16 instance's loop
-// is one straight block, free of fp16's operand choices on the chain through S. HALVES: kReduce under
-// Segments::halves.
 // A walk's place in its CTA. The library's walks are their whole CTA (WholeCta); a CTA of more roles
 // (tools/ahead_probe.cu) gives each walk warpgroup a seat: its threads' numbering from 0 (tid), a named
 // barrier of its own (sync) and a wait before each chunk's load (before_load).
@@ -981,6 +977,10 @@ struct WholeCta {
   __device__ __forceinline__ void before_load(int64_t) const {}
 };
 
+// One CTA's walk: value slice vx, head h, unit bz (a sequence, or a segment slot).
+// F16: q, k, v and o are fp16 (a.qkv_fp16), an instance of its own, so that the bf16 instance's loop
+// is one straight block, free of fp16's operand choices on the chain through S. HALVES: kReduce under
+// Segments::halves. Seat: the walk's place in its CTA (WholeCta above).
 template <int K, int V, int WARPS, int STAGES, Pass PASS, bool F16, bool HALVES, typename Seat = WholeCta>
 __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned char* ws, const Segments& sg,
                                       unsigned char* smem_raw, int vx, int h, int64_t bz, Seat seat = {}) {
