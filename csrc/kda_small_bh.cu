@@ -280,8 +280,7 @@ int launch(const kdactl_kda_args& a, int sms, int optin, cudaStream_t stream) {
     return launch_walks(a, whole, sms, optin, stream);
   }
   Segments reduce = sg;  // a known segment's M slot walks its second half where the grid is one wave
-  const int64_t reduce_ctas = static_cast<int64_t>(V / (16 * W)) * a.heads * 2 * units;
-  reduce.halves = reduce_ctas <= static_cast<int64_t>(sms) * KDACTL_SMALL_BH_CTAS_PER_SM;  // small_bh_halves
+  reduce.halves = reduce_in_halves<V>(a, units, sms);
   if (int rc = launch_recur<K, V, W, S, Pass::kReduce>(a, reduce, 2 * units, optin, stream)) return rc;
   if (int rc = launch_stitch<K, V>(a, sg, sms, optin, stream)) return rc;
   return launch_recur<K, V, W, S, Pass::kReplay>(a, sg, units, optin, stream);

@@ -75,5 +75,13 @@ constexpr size_t kPlannedCtaBytes = recur_smem<128, kPlanned.warps, kPlanned.sta
 static_assert(KDACTL_SMALL_BH_CTAS_PER_SM * kPlannedCtaBytes <= 228 * 1024,
               "the small_bh recurrence no longer fits KDACTL_SMALL_BH_CTAS_PER_SM CTAs in an SM");
 
+// Whether kReduce walks each known segment in two halves (Segments::halves): where its grid, an E and an M
+// slot a unit, fits the SMs in one wave (kdactl.kda.routes.small_bh_halves).
+template <int V>
+bool reduce_in_halves(const kdactl_kda_args& a, int64_t units, int sms) {
+  const int64_t ctas = static_cast<int64_t>(V / (16 * kPlanned.warps)) * a.heads * 2 * units;
+  return ctas <= static_cast<int64_t>(sms) * KDACTL_SMALL_BH_CTAS_PER_SM;
+}
+
 }  // namespace small_bh
 }  // namespace kdactl

@@ -1,16 +1,19 @@
 // A measurement, not a route (tools/overlap_probe.py builds and times it): does route small_bh's walk
 // (kReduce) keep its pace while prepare CTAs share its SMs? The lead "Prepare ahead, then beside the walk"
 // (docs/routes/small_bh.md, open leads) depends on it: kReduce's 2 CTAs an SM leave room for 4 one-warp
-// prepare CTAs (shared memory 2 x 72 + 4 x 19.1 KB of 228 KB, registers 61,440 of 65,536).
+// prepare CTAs (shared memory 2 x 72 + 4 x 19.1 KB of 228 KB, registers 2 x 128 x 192 + 4 x 32 x 128, the
+// whole 65,536).
 //
 // The route's two passes, launched apart so that the caller can put them on two streams:
-//   kdactl_overlap_walk     kReduce over the segments of a workspace that a whole small_bh call prepared
-//                           (the path where every segment starts warm; its all_warm answer is read there);
+//   kdactl_overlap_walk     kReduce as the route launches it, over the segments of a workspace that a whole
+//                           small_bh call prepared (with at most KDACTL_SMALL_BH_MAX_UNSTITCHED segments, it
+//                           reads that call's all_warm answer there; with more, its M slots return where
+//                           every segment starts warm, and the stitch and the replay are not launched);
 //   kdactl_overlap_prepare  the prepare over every (chunk slot, head) into a workspace, with as much dynamic
 //                           shared memory as kdactl_overlap_prepare_smem last asked for (at least its own),
 //                           so that the caller can cap how many of its CTAs share an SM when it runs alone.
 // Both are kdactl's launcher signature (kdactl_kda_args, stream). Scope: fixed-length batches without a
-// state pool, K = V = 128, bf16 q, k, v and g, segments that small_bh's plan does not stitch.
+// state pool, K = V = 128, bf16 q, k, v and g.
 #include "kda_small_bh.cuh"
 
 namespace {
@@ -37,7 +40,7 @@ bool in_scope(const kdactl_kda_args& a) {
 extern "C" void kdactl_overlap_prepare_smem(int bytes) { g_prepare_smem = bytes; }
 
 // The byte offset in the workspace of small_bh's all_warm answer (nonzero: kReduce walks every segment),
-// or -1 where its plan stitches segments (then kReduce alone is not the route's walk).
+// or -1 where the plan has more segments than that answer covers (kReduce then has an M slot a unit).
 extern "C" int64_t kdactl_overlap_all_warm_at(const kdactl_kda_args* args) {
   kdactl_kda_args a = *args;
   a.workspace = nullptr;  // the layout from address 0: the answer's address is its offset
@@ -55,13 +58,21 @@ extern "C" int kdactl_overlap_walk(const kdactl_kda_args* args, void* stream) {
   const kdactl_kda_args& a = *args;
   if (!in_scope(a) || a.workspace == nullptr || a.workspace_bytes < workspace_bytes<K, V>(a))
     return KDACTL_ERR_UNSUPPORTED;
-  const Segments sg = segments_of<K, V>(a);
-  if (sg.all_warm == nullptr) return KDACTL_ERR_UNSUPPORTED;
-  auto kernel = kda_chunk_recur<K, V, kWalkWarps, kWalkStages, Pass::kReduce, false, false>;
+  Segments sg = segments_of<K, V>(a);
+  int64_t slots = unit_count(a);  // kReduce's grid z: a unit each where the all_warm answer decides
+  if (sg.all_warm == nullptr) {   // else an E and an M slot a unit, and halves, as the route launches it
+    int dev = 0, sms = 0;
+    KDACTL_TRY(cudaGetDevice(&dev));
+    KDACTL_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    sg.halves = reduce_in_halves<V>(a, slots, sms);
+    slots *= 2;
+  }
+  auto kernel = sg.halves ? kda_chunk_recur<K, V, kWalkWarps, kWalkStages, Pass::kReduce, false, true>
+                          : kda_chunk_recur<K, V, kWalkWarps, kWalkStages, Pass::kReduce, false, false>;
   const int smem = static_cast<int>(recur_smem<K, kWalkWarps, kWalkStages>());
   KDACTL_TRY(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   smem));
-  const dim3 grid(V / (16 * kWalkWarps), a.heads, static_cast<unsigned>(unit_count(a)));
+  const dim3 grid(V / (16 * kWalkWarps), a.heads, static_cast<unsigned>(slots));
   kernel<<<grid, kWalkWarps * 32, smem, static_cast<cudaStream_t>(stream)>>>(
       a, static_cast<const unsigned char*>(a.workspace), sg);
   return kdactl_launch_status();

@@ -151,9 +151,10 @@ def measure(lib: ctypes.CDLL, text: str, iters: int, fractions: list[float]) -> 
     torch.cuda.synchronize()
     at = lib.kdactl_overlap_all_warm_at(ctypes.byref(full.template))
     title = f"{shape.label} ({calls.seg} chunks a segment)"
-    if at < 0 or not ws_a[at : at + 4].any():
-        why = "the plan stitches" if at < 0 else "a segment does not start warm"
-        print(f"{title}: not measured, {why} (kReduce alone is not the route's walk)", flush=True)
+    if at < 0:  # no answer on the device: kReduce's M slots return where a segment starts warm
+        title = f"{shape.label} ({calls.seg} chunks a segment, kReduce with M slots: warm starts not read back)"
+    elif not ws_a[at : at + 4].any():
+        print(f"{title}: not measured, a segment does not start warm (the route walks whole sequences)", flush=True)
         return
 
     def launcher(kernel, seqlen=None):
