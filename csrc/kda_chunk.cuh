@@ -1115,7 +1115,8 @@ __device__ __forceinline__ void recur(const kdactl_kda_args& a, const unsigned c
 #if defined(KDACTL_WGMMA)
     if constexpr (walks_on_wgmma<WARPS, STAGES, F16>()) fence_proxy_async();  // the stage's copies, for the tensor cores' reads
 #endif
-    if constexpr (Seat::kWhole) sync_first<kThreads>();  // chunk i is in; everyone is done with the stage the next load overwrites
+    // chunk i is in; everyone is done with the stage the next load overwrites
+    if constexpr (Seat::kWhole) sync_first<kThreads>();
     else seat.sync(kThreads);
     if (i + STAGES - 1 < count) load(c_begin + i + STAGES - 1, stage[(i + STAGES - 1) % STAGES]);
     cp_async_commit();

@@ -1,5 +1,5 @@
 // Route small_bh's workspace layout and the recurrence shape its plan counts on: what kda_small_bh.cu
-// launches with, and what a tool that launches its passes apart (tools/overlap_probe.cu) must agree on.
+// launches with, and what the tools that launch its passes apart (tools/*_probe.cu) must agree on.
 #pragma once
 #include "kda_chunk_launch.cuh"
 
@@ -66,8 +66,8 @@ Segments segments_of(const kdactl_kda_args& a) {
 // The recurrence shape the plan (kdactl.kda.routes.small_bh_plan) counts on: KDACTL_SMALL_BH_CTAS_PER_SM of these CTAs
 // share an SM (at K = 128, 71 KB of shared memory each plus the 1 KB the hardware reserves per CTA, in the 228 KB of an
 // sm_90 / sm_100 SM; a third would fit there, but not in the register file: the K = 128 reduction takes 186 registers a
-// thread on sm_90a (176 under halves; nvcc 13.0), past the 170 of three 128-thread CTAs; capped at 168 it spilled and ran slower
-// on an H100, docs/routes/small_bh.md). 4 warps a CTA, each loading the K-side factors for 64 values: with the plan cut
+// thread on sm_90a (176 under halves; nvcc 13.0), past the 170 of three 128-thread CTAs; capped at 168 it spilled and
+// ran slower on an H100, docs/routes/small_bh.md). 4 warps a CTA, each loading the K-side factors for 64 values: with the plan cut
 // for 2-warp CTAs, 4 warps already took B1 T65536 H8 1.294 ms against 1.414 and B1 T1048576 H1 2.887 against 3.063
 // (docs/routes/small_bh.md).
 constexpr RecurShape kPlanned = {4, 4};

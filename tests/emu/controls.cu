@@ -2,8 +2,8 @@
 // launches one small kernel and returns the launch's status, so that a test can see that the
 // emulator reports what the GPU would (a deadlock, a misaligned cp.async, a __trap, lanes of a warp
 // at different collectives, a poll nothing answers), lands a cp.async only at its wait, hands data over
-// from a bar.arrive to the bar.sync it completes and from a flag's writer to its poller, and that its ldmatrix, mma and wgmma agree with a plain matrix product
-// (a wgmma only at the wait that covers it).
+// from a bar.arrive to the bar.sync it completes and from a flag's writer to its poller, and that its
+// ldmatrix, mma and wgmma agree with a plain matrix product (a wgmma only at the wait that covers it).
 #include "device.cuh"
 
 namespace {

@@ -12,8 +12,9 @@
 // order (runtime.cpp). So a kernel computes what the GPU would wherever its threads synchronize as CUDA
 // requires. A cp.async lands only at the wait that covers it, so a missing wait or commit shows. Reported as the launch's error: a block whose
 // threads cannot all reach their barriers (a deadlock), a misaligned cp.async or ldmatrix, a __trap,
-// lanes of one warp at different collectives, a poll that no running thread will answer, and a launch the GPU would refuse (too much shared
-// memory without the attribute, too many threads, a grid dimension too large). Dynamic shared memory
+// lanes of one warp at different collectives, a poll that no running thread will answer, and a launch
+// the GPU would refuse (too much shared memory without the attribute, too many threads, a grid dimension
+// too large). Dynamic shared memory
 // starts as 0xff bytes (NaN in every float type), so reading it before writing shows.
 #pragma once
 #include <cuda_bf16.h>
