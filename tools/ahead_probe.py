@@ -115,7 +115,8 @@ def raw_times(shapes: list[str], lib: ctypes.CDLL, fractions: list[float], iters
             p = probe(calls, lib, ahead_chunks(calls.seg, f))
             p.run()
             torch.cuda.synchronize(device)
-            runs[f"ahead@{f:g}" + (f" ({p.refused()})" if p.refused() else "")] = p.run
+            why = p.refused()
+            runs[f"ahead@{f:g}" + (f" ({why})" if why else "")] = p.run
         for name, run in runs.items():
             run()
             launches = profiled(run, iters)
